@@ -1,0 +1,175 @@
+/*
+ * shortconv — the short causal depthwise convolution, forward and backward,
+ * with exact state gradients.  Stable C ABI.
+ *
+ * The math (docs/semantics.md is the law): per channel d and sequence n with
+ * L_n tokens, width W, state length S >= W-1, u_n = h0_n ++ x_n and
+ *
+ *   pre_n[t] = bias + sum_{k<W} weight[k] * u_n[S-(W-1)+t+k]     t in [0, L_n)
+ *   y_n[t]   = act(pre_n[t]) + residual_n[t]
+ *   ht_n[j]  = u_n[L_n + j]                                       j in [0, S)
+ *
+ * Backward returns exactly the gradients of that definition.
+ *
+ * Conventions of this header
+ * - Every tensor is a description (sc_tensor): pointer, dtype, shape and int64
+ *   ELEMENT strides.  Activation-like tensors (x, residual, y, dy, dx) are
+ *   always described in LOGICAL order [B, T, D]; a channel-major buffer
+ *   [B, D, T] is simply the strides {D*T, 1, T}.  Packed batches may also be
+ *   given as [total, D].
+ * - A tensor with ndim == 0 is absent.  An absent optional input means its
+ *   default (no bias, zero initial state, ...); an absent output is not
+ *   computed.
+ * - The library never allocates memory: scratch comes from the caller
+ *   (sc_conv_args.exec.workspace), sized by sc_*_workspace_size.
+ * - Nothing is printed and no global state is kept.  Errors come back as a
+ *   status and, when `err` is not NULL, a message naming the argument and
+ *   what was expected.  On any error nothing has been written to outputs.
+ */
+#ifndef SHORTCONV_SHORTCONV_H
+#define SHORTCONV_SHORTCONV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define SC_API __declspec(dllexport)
+#else
+#define SC_API __attribute__((visibility("default")))
+#endif
+
+#define SC_VERSION_MAJOR 0
+#define SC_VERSION_MINOR 1
+#define SC_VERSION_PATCH 0
+
+#define SC_MAX_DIMS 4
+#define SC_ERROR_MAX 512
+
+typedef enum sc_status {
+  SC_OK = 0,
+  SC_ERR_INVALID_ARGUMENT = 1, /* shape, stride, dtype, pointer or value wrong */
+  SC_ERR_UNSUPPORTED = 2,      /* valid request this build/backend cannot do   */
+  SC_ERR_WORKSPACE = 3,        /* workspace missing or too small               */
+  SC_ERR_BACKEND = 4           /* the backend failed (e.g. a CUDA launch error)*/
+} sc_status;
+
+typedef enum sc_dtype {
+  SC_F32 = 0,
+  SC_F16 = 1,
+  SC_BF16 = 2,
+  SC_F64 = 3,
+  SC_I32 = 4, /* cu_seqlens and state indices only */
+  SC_I64 = 5
+} sc_dtype;
+
+typedef enum sc_activation { SC_ACT_NONE = 0, SC_ACT_SILU = 1 } sc_activation;
+
+typedef enum sc_backend {
+  SC_BACKEND_CPU = 0,  /* host memory, multi-threaded, fp32 accumulation      */
+  SC_BACKEND_CUDA = 1, /* device memory, caller's stream                      */
+  SC_BACKEND_REF = 2   /* host memory, the float64 oracle (slow, obvious)     */
+} sc_backend;
+
+/* A strided tensor description.  ndim == 0: absent. */
+typedef struct sc_tensor {
+  void* data;
+  int32_t dtype; /* sc_dtype */
+  int32_t ndim;  /* 0 (absent) .. SC_MAX_DIMS */
+  int64_t shape[SC_MAX_DIMS];
+  int64_t stride[SC_MAX_DIMS]; /* in elements, >= 0; 0 = broadcast (inputs only) */
+} sc_tensor;
+
+/* How to run.  Zero-initialised means: CPU backend, all threads, automatic
+ * tiles, default stream, no workspace. */
+typedef struct sc_exec {
+  int32_t backend;     /* sc_backend */
+  int32_t num_threads; /* CPU: 0 = all hardware threads; results never depend on it */
+  int64_t tile_t;      /* 0 = automatic; > 0 forces the time-tile length (tests sweep it) */
+  int64_t tile_d;      /* 0 = automatic; > 0 forces the channel-tile width (rounded by the backend) */
+  void* stream;        /* CUDA: cudaStream_t (NULL = legacy default stream) */
+  void* workspace;     /* scratch memory, on the backend's side (host or device) */
+  size_t workspace_bytes;
+} sc_exec;
+
+/*
+ * One struct describes the op for both directions; each direction reads the
+ * fields it needs and ignores the others.
+ *
+ *   forward  reads  x, weight, bias, residual, cu_seqlens, initial_state(+indices)
+ *            writes y, final_state(+indices)
+ *   backward reads  x, weight, bias, cu_seqlens, initial_state(+indices), dy, dfinal_state
+ *            writes dx, dweight, dbias, dinitial_state     (dresidual == dy)
+ *
+ * Sequences: dense batch (cu_seqlens absent): N = B sequences of length T.
+ * Packed batch: x is [1, total, D] or [total, D] and cu_seqlens [N+1]
+ * (int32 or int64, starts at 0, non-decreasing, ends at total; zero-length
+ * sequences allowed).
+ *
+ * States: [N, D, S].  With state indices given ([N], int32/int64), the state
+ * tensor is a pool [P, D, S] and sequence n uses row indices[n]; -1 means "no
+ * initial state" (zeros) for initial_state_indices and "do not write" for
+ * final_state_indices.  final_state may alias initial_state (same memory, a
+ * decode step updating its cache in place): every read of a sequence's
+ * initial state happens before its final state is written.  A row written
+ * for sequence n must not be read as the initial state of another sequence.
+ */
+typedef struct sc_conv_args {
+  uint32_t struct_size; /* sizeof(sc_conv_args); set by sc_conv_args_init */
+  int32_t width;        /* W >= 1 */
+  int32_t state_len;    /* S >= W-1; -1: from the state tensors, else W-1 */
+  int32_t activation;   /* sc_activation */
+
+  sc_tensor x;          /* [B, T, D] or packed [total, D]                */
+  sc_tensor weight;     /* [D, W]          (dtype independent of x's)    */
+  sc_tensor bias;       /* [D]             optional, weight's dtype      */
+  sc_tensor residual;   /* like x          optional (forward)            */
+  sc_tensor cu_seqlens; /* [N+1]           optional: packed batch        */
+  sc_tensor initial_state;         /* [N, D, S] or pool [P, D, S], optional */
+  sc_tensor initial_state_indices; /* [N]  optional                         */
+
+  sc_tensor y;                   /* like x, forward output                  */
+  sc_tensor final_state;         /* [N, D, S] or pool [P, D, S], optional   */
+  sc_tensor final_state_indices; /* [N]  optional                           */
+
+  sc_tensor dy;             /* like x (stride 0 allowed), backward input    */
+  sc_tensor dfinal_state;   /* [N, D, S] optional, backward input           */
+  sc_tensor dx;             /* like x, optional output                      */
+  sc_tensor dweight;        /* [D, W], weight's dtype, optional output      */
+  sc_tensor dbias;          /* [D], optional output                         */
+  sc_tensor dinitial_state; /* [N, D, S] dense, optional output             */
+
+  sc_exec exec;
+} sc_conv_args;
+
+/* Zero every field, set struct_size and state_len = -1. */
+SC_API void sc_conv_args_init(sc_conv_args* args);
+
+typedef struct sc_error {
+  char message[SC_ERROR_MAX]; /* NUL-terminated; "" on success */
+} sc_error;
+
+/* Bytes of scratch exec.workspace must provide; a function of the shapes,
+ * dtypes, backend and forced tiles only.  0 is a valid answer. */
+SC_API sc_status sc_forward_workspace_size(const sc_conv_args* args, size_t* bytes, sc_error* err);
+SC_API sc_status sc_backward_workspace_size(const sc_conv_args* args, size_t* bytes, sc_error* err);
+
+SC_API sc_status sc_forward(const sc_conv_args* args, sc_error* err);
+SC_API sc_status sc_backward(const sc_conv_args* args, sc_error* err);
+
+/* Validate only: the same checks as sc_forward/sc_backward, nothing run. */
+SC_API sc_status sc_validate(const sc_conv_args* args, int backward, sc_error* err);
+
+SC_API const char* sc_status_string(sc_status status);
+SC_API const char* sc_version_string(void); /* "MAJOR.MINOR.PATCH" */
+SC_API int32_t sc_version(void);            /* MAJOR*10000 + MINOR*100 + PATCH */
+SC_API int32_t sc_has_backend(int32_t backend); /* 1 if compiled in */
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* SHORTCONV_SHORTCONV_H */

@@ -1,0 +1,106 @@
+// The C ABI: validate once, check the workspace, hand the Problem to a backend.
+#include <cstring>
+
+#include "core/backend.hpp"
+#include "core/problem.hpp"
+
+using namespace shortconv;
+
+namespace {
+
+size_t workspace_for(const Problem& p) {
+  switch (p.exec.backend) {
+    case SC_BACKEND_REF: return ref::workspace_bytes(p);
+#ifdef SHORTCONV_WITH_CUDA
+    case SC_BACKEND_CUDA: return cuda::workspace_bytes(p);
+#endif
+    default: return cpu::workspace_bytes(p);
+  }
+}
+
+sc_status workspace_size(const sc_conv_args* args, Dir dir, size_t* bytes, sc_error* err) {
+  if (!bytes) return fail(err, SC_ERR_INVALID_ARGUMENT, "bytes: NULL pointer");
+  Problem p;
+  sc_status st = validate(args, dir, &p, err);
+  if (st != SC_OK) return st;
+  *bytes = workspace_for(p);
+  return SC_OK;
+}
+
+sc_status run(const sc_conv_args* args, Dir dir, sc_error* err) {
+  Problem p;
+  sc_status st = validate(args, dir, &p, err);
+  if (st != SC_OK) return st;
+  const size_t need = workspace_for(p);
+  if (need > 0 && (!p.exec.workspace || p.exec.workspace_bytes < need))
+    return fail(err, SC_ERR_WORKSPACE,
+                "exec.workspace: expected at least %zu bytes (see sc_%s_workspace_size), got %zu "
+                "bytes at %p",
+                need, dir == Dir::fwd ? "forward" : "backward", p.exec.workspace_bytes,
+                p.exec.workspace);
+  switch (p.exec.backend) {
+    case SC_BACKEND_REF: return ref::run(p, err);
+#ifdef SHORTCONV_WITH_CUDA
+    case SC_BACKEND_CUDA: return cuda::run(p, err);
+#endif
+    default: return cpu::run(p, err);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+void sc_conv_args_init(sc_conv_args* args) {
+  if (!args) return;
+  std::memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(sc_conv_args);
+  args->state_len = -1;
+}
+
+sc_status sc_forward_workspace_size(const sc_conv_args* args, size_t* bytes, sc_error* err) {
+  return workspace_size(args, Dir::fwd, bytes, err);
+}
+sc_status sc_backward_workspace_size(const sc_conv_args* args, size_t* bytes, sc_error* err) {
+  return workspace_size(args, Dir::bwd, bytes, err);
+}
+sc_status sc_forward(const sc_conv_args* args, sc_error* err) { return run(args, Dir::fwd, err); }
+sc_status sc_backward(const sc_conv_args* args, sc_error* err) { return run(args, Dir::bwd, err); }
+
+sc_status sc_validate(const sc_conv_args* args, int backward, sc_error* err) {
+  Problem p;
+  return validate(args, backward ? Dir::bwd : Dir::fwd, &p, err);
+}
+
+const char* sc_status_string(sc_status status) {
+  switch (status) {
+    case SC_OK: return "ok";
+    case SC_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case SC_ERR_UNSUPPORTED: return "unsupported";
+    case SC_ERR_WORKSPACE: return "workspace missing or too small";
+    case SC_ERR_BACKEND: return "backend failure";
+  }
+  return "unknown status";
+}
+
+#define SC_STR2(x) #x
+#define SC_STR(x) SC_STR2(x)
+const char* sc_version_string(void) {
+  return SC_STR(SC_VERSION_MAJOR) "." SC_STR(SC_VERSION_MINOR) "." SC_STR(SC_VERSION_PATCH);
+}
+int32_t sc_version(void) {
+  return SC_VERSION_MAJOR * 10000 + SC_VERSION_MINOR * 100 + SC_VERSION_PATCH;
+}
+
+int32_t sc_has_backend(int32_t backend) {
+  switch (backend) {
+    case SC_BACKEND_CPU:
+    case SC_BACKEND_REF: return 1;
+#ifdef SHORTCONV_WITH_CUDA
+    case SC_BACKEND_CUDA: return 1;
+#endif
+    default: return 0;
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,98 @@
+// The validated, normalised description of one call, shared by every backend.
+//
+// validate() (validate.cpp) turns an sc_conv_args into a Problem or an error
+// naming the argument; backends receive only Problems and may assume every
+// rule of docs/semantics.md "Validation" holds (shapes consistent, strides
+// non-negative, outputs non-overlapping, cu_seqlens / indices sane when the
+// backend reads host memory).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "shortconv/shortconv.h"
+
+namespace shortconv {
+
+enum class Dir { fwd, bwd };
+
+// A normalised strided view.  Activation-like tensors always have 3 dims in
+// logical order [B, T, D] (a packed [total, D] input becomes [1, total, D]);
+// states have 3 dims [rows, D, S]; weight [D, W]; bias / indices / cu_seqlens
+// 1 dim.  Unused trailing dims have shape 1, stride 0.
+struct View {
+  void* data = nullptr;
+  sc_dtype dtype = SC_F32;
+  bool present = false;
+  int64_t shape[3] = {1, 1, 1};
+  int64_t stride[3] = {0, 0, 0};
+
+  explicit operator bool() const { return present; }
+  template <class T>
+  T* ptr() const { return static_cast<T*>(data); }
+  // element offset of index (i0, i1, i2)
+  int64_t off(int64_t i0, int64_t i1 = 0, int64_t i2 = 0) const {
+    return i0 * stride[0] + i1 * stride[1] + i2 * stride[2];
+  }
+};
+
+struct Problem {
+  Dir dir = Dir::fwd;
+  int W = 1;              // width
+  int S = 0;              // state length, >= W-1
+  sc_activation act = SC_ACT_NONE;
+
+  int64_t B = 0, T = 0, D = 0;  // x viewed as [B, T, D]; packed: B == 1, T = total tokens
+  int64_t N = 0;                // sequences: B (dense) or cu_seqlens.shape[0]-1 (packed)
+  bool packed = false;
+
+  sc_dtype act_dtype = SC_F32;    // x, residual, y, dy, dx
+  sc_dtype param_dtype = SC_F32;  // weight, bias, dweight, dbias
+  sc_dtype state_dtype = SC_F32;  // every state tensor (meaningful when one is present)
+
+  // inputs
+  View x;            // [B, T, D]
+  View weight;       // [D, W]
+  View bias;         // [D]
+  View residual;     // [B, T, D] (forward)
+  View cu_seqlens;   // [N+1] int32/int64 (packed only)
+  View h0;           // [N, D, S], or pool [P, D, S] when h0_idx present
+  View h0_idx;       // [N] int32/int64, -1: zero initial state
+  View dy;           // [B, T, D] (backward; absent = zeros)
+  View dht;          // [N, D, S] (backward; absent = zeros)
+
+  // outputs (absent = not requested)
+  View y;            // [B, T, D]
+  View ht;           // [N, D, S], or pool [P, D, S] when ht_idx present
+  View ht_idx;       // [N] int32/int64, -1: do not write
+  View dx;           // [B, T, D]
+  View dweight;      // [D, W]
+  View dbias;        // [D]
+  View dh0;          // [N, D, S]
+
+  bool state_in_place = false;  // ht is exactly h0's memory (aliased decode update)
+
+  sc_exec exec{};
+
+  // Host-side helpers for host backends (cu_seqlens and indices in host memory).
+  int64_t seq_begin(int64_t n) const;   // first token (index into T) of sequence n
+  int64_t seq_len(int64_t n) const;     // L_n
+  int64_t seq_batch(int64_t n) const { return packed ? 0 : n; }  // batch row of sequence n
+  int64_t h0_row(int64_t n) const;      // row of h0 for sequence n, -1 if none
+  int64_t ht_row(int64_t n) const;      // row of ht for sequence n, -1 if none
+};
+
+// Reads element i of a 1-D int32/int64 host tensor.
+int64_t load_index(const View& v, int64_t i);
+
+// Fills *out from args, or returns an error (message in err) and leaves *out
+// unspecified.  Checks everything docs/semantics.md lists, including the
+// contents of cu_seqlens and indices when the backend reads host memory.
+// Does not check the workspace.
+sc_status validate(const sc_conv_args* args, Dir dir, Problem* out, sc_error* err);
+
+// Writes a formatted message into err (if not null) and returns status.
+sc_status fail(sc_error* err, sc_status status, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+}  // namespace shortconv

@@ -1,0 +1,126 @@
+// The float64 oracle: docs/semantics.md transcribed, nothing else.
+//
+// For each sequence n and channel d it builds u = h0 ++ x in double, applies
+// the definition term by term, and rounds once when storing.  It is never
+// optimised: every other backend is checked against it, so it must be obvious.
+// (Being a test oracle, it uses std::vector scratch instead of the workspace.)
+#include <cmath>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "core/dtype.hpp"
+
+namespace shortconv::ref {
+
+namespace {
+
+double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+
+double act(sc_activation a, double z) { return a == SC_ACT_SILU ? z * sigmoid(z) : z; }
+
+double act_grad(sc_activation a, double z) {
+  if (a != SC_ACT_SILU) return 1.0;
+  const double s = sigmoid(z);
+  return s * (1.0 + z * (1.0 - s));
+}
+
+double get(const View& v, int64_t i0, int64_t i1 = 0, int64_t i2 = 0) {
+  return load_f64(v.data, v.dtype, v.off(i0, i1, i2));
+}
+
+void put(const View& v, double value, int64_t i0, int64_t i1 = 0, int64_t i2 = 0) {
+  store_f64(v.data, v.dtype, v.off(i0, i1, i2), value);
+}
+
+// u_n = h0_n ++ x_n for channel d (length S + L).
+std::vector<double> extended(const Problem& p, int64_t n, int64_t d) {
+  const int64_t L = p.seq_len(n), b = p.seq_batch(n), t0 = p.seq_begin(n);
+  const int64_t row = p.h0_row(n);
+  std::vector<double> u(size_t(p.S + L), 0.0);
+  for (int64_t j = 0; j < p.S; ++j) u[size_t(j)] = row >= 0 ? get(p.h0, row, d, j) : 0.0;
+  for (int64_t t = 0; t < L; ++t) u[size_t(p.S + t)] = get(p.x, b, t0 + t, d);
+  return u;
+}
+
+// pre_n[t] = bias + sum_k weight[k] * u[S-(W-1)+t+k]
+std::vector<double> preactivation(const Problem& p, const std::vector<double>& u, int64_t L,
+                                  int64_t d) {
+  std::vector<double> pre(size_t(L), 0.0);
+  const int64_t off = p.S - (p.W - 1);
+  for (int64_t t = 0; t < L; ++t) {
+    double s = p.bias ? get(p.bias, d) : 0.0;
+    for (int k = 0; k < p.W; ++k) s += get(p.weight, d, k) * u[size_t(off + t + k)];
+    pre[size_t(t)] = s;
+  }
+  return pre;
+}
+
+void forward(const Problem& p) {
+  for (int64_t n = 0; n < p.N; ++n) {
+    const int64_t L = p.seq_len(n), b = p.seq_batch(n), t0 = p.seq_begin(n);
+    for (int64_t d = 0; d < p.D; ++d) {
+      // Every read of h0 (into u) happens before the write of ht below, so an
+      // aliased in-place state update is correct.
+      const std::vector<double> u = extended(p, n, d);
+      const std::vector<double> pre = preactivation(p, u, L, d);
+      if (p.y) {
+        for (int64_t t = 0; t < L; ++t) {
+          double v = act(p.act, pre[size_t(t)]);
+          if (p.residual) v += get(p.residual, b, t0 + t, d);
+          put(p.y, v, b, t0 + t, d);
+        }
+      }
+      const int64_t row = p.ht_row(n);
+      if (row >= 0)
+        for (int64_t j = 0; j < p.S; ++j) put(p.ht, u[size_t(L + j)], row, d, j);
+    }
+  }
+}
+
+void backward(const Problem& p) {
+  const int64_t off = p.S - (p.W - 1);
+  std::vector<double> dweight(size_t(p.D * p.W), 0.0), dbias(size_t(p.D), 0.0);
+  for (int64_t n = 0; n < p.N; ++n) {
+    const int64_t L = p.seq_len(n), b = p.seq_batch(n), t0 = p.seq_begin(n);
+    for (int64_t d = 0; d < p.D; ++d) {
+      const std::vector<double> u = extended(p, n, d);
+      const std::vector<double> pre = preactivation(p, u, L, d);
+      std::vector<double> dpre(size_t(L), 0.0), du(size_t(p.S + L), 0.0);
+      for (int64_t t = 0; t < L; ++t) {
+        const double g = p.dy ? get(p.dy, b, t0 + t, d) : 0.0;
+        dpre[size_t(t)] = g * act_grad(p.act, pre[size_t(t)]);
+      }
+      for (int64_t t = 0; t < L; ++t)
+        for (int k = 0; k < p.W; ++k) {
+          du[size_t(off + t + k)] += get(p.weight, d, k) * dpre[size_t(t)];
+          dweight[size_t(d * p.W + k)] += dpre[size_t(t)] * u[size_t(off + t + k)];
+        }
+      for (int64_t t = 0; t < L; ++t) dbias[size_t(d)] += dpre[size_t(t)];
+      if (p.dht)
+        for (int64_t j = 0; j < p.S; ++j) du[size_t(L + j)] += get(p.dht, n, d, j);
+      if (p.dx)
+        for (int64_t t = 0; t < L; ++t) put(p.dx, du[size_t(p.S + t)], b, t0 + t, d);
+      if (p.dh0)
+        for (int64_t j = 0; j < p.S; ++j) put(p.dh0, du[size_t(j)], n, d, j);
+    }
+  }
+  for (int64_t d = 0; d < p.D; ++d) {
+    if (p.dweight)
+      for (int k = 0; k < p.W; ++k) put(p.dweight, dweight[size_t(d * p.W + k)], d, k);
+    if (p.dbias) put(p.dbias, dbias[size_t(d)], d);
+  }
+}
+
+}  // namespace
+
+size_t workspace_bytes(const Problem&) { return 0; }
+
+sc_status run(const Problem& p, sc_error*) {
+  if (p.dir == Dir::fwd)
+    forward(p);
+  else
+    backward(p);
+  return SC_OK;
+}
+
+}  // namespace shortconv::ref

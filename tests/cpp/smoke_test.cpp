@@ -1,0 +1,3 @@
+#include <gtest/gtest.h>
+#include "shortconv/shortconv.h"
+TEST(Smoke, Version) { EXPECT_EQ(sc_version(), 100); }
