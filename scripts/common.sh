@@ -1,0 +1,47 @@
+# Sourced by the scripts in this folder: installs what the project needs on a
+# fresh Debian machine (apt for system packages, pip into a cached virtual
+# environment for Python ones) and knows where things go.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+JOBS="${JOBS:-$(nproc)}"
+# PyPI's torch is several GB: one virtual environment, reused by every script and CI run.
+VENV="${SHORTCONV_VENV:-$HOME/.cache/shortconv/venv}"
+
+log() { printf '\n== %s\n' "$*"; }
+
+# Debian packages: install only what is missing (apt-get update only then).
+ensure_apt() {
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "apt-get install ${missing[*]}"
+    local sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+  fi
+}
+
+ensure_build_deps() {
+  ensure_apt cmake g++ ninja-build libgtest-dev libgmock-dev python3 python3-venv
+}
+
+# The Python test environment: current PyTorch from PyPI plus test tools.
+ensure_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    log "creating virtual environment $VENV"
+    mkdir -p "$(dirname "$VENV")"
+    python3 -m venv "$VENV"
+  fi
+  if ! "$VENV/bin/python" -c "import torch, numpy, pytest, scikit_build_core" >/dev/null 2>&1; then
+    log "pip install torch numpy pytest scikit-build-core ninja into $VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q torch numpy pytest scikit-build-core ninja
+  fi
+}
+
+# Configure and build into $1 with extra cmake arguments.
+build_into() {
+  local dir="$1"; shift
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+  cmake --build "$dir" -j "$JOBS"
+}
