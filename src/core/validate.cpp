@@ -114,8 +114,9 @@ class Checker {
           return bad(SC_ERR_INVALID_ARGUMENT, "%s: largest offset of shape %s overflows 64 bits",
                      name, shape_str(t).c_str());
       }
-      int64_t bytes;
-      if (__builtin_mul_overflow(extent + 1, int64_t(dtype_size(t.dtype) ? dtype_size(t.dtype) : 1),
+      int64_t count, bytes;  // count = extent + 1 may itself overflow (extent == INT64_MAX)
+      if (__builtin_add_overflow(extent, int64_t(1), &count) ||
+          __builtin_mul_overflow(count, int64_t(dtype_size(t.dtype) ? dtype_size(t.dtype) : 1),
                                  &bytes))
         return bad(SC_ERR_INVALID_ARGUMENT, "%s: byte extent overflows 64 bits", name);
       if (!t.data)
@@ -170,8 +171,10 @@ class Checker {
   bool no_self_overlap(const char* name, const sc_tensor& t) {
     if (!ok()) return false;
     std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with size > 1
-    for (int i = 0; i < t.ndim; ++i)
+    for (int i = 0; i < t.ndim; ++i) {
+      if (t.shape[i] == 0) return true;  // empty: nothing is written (contiguous strides may be 0)
       if (t.shape[i] > 1) dims.push_back({t.stride[i], t.shape[i]});
+    }
     std::sort(dims.begin(), dims.end());
     int64_t reach = 1;  // elements spanned by the dims so far
     for (auto [stride, size] : dims) {
@@ -373,8 +376,8 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
         return false;
       if (t.shape[1] != D || t.shape[2] != S)
         return c.bad(SC_ERR_INVALID_ARGUMENT,
-                     "%s: expected a state pool of shape [P, D=%lld, S=%d], got %s", name,
-                     (long long)D, S, shape_str(t).c_str());
+                     "%s: expected a state pool of shape [P, D=%lld, S=%d] (S from %s), got %s",
+                     name, (long long)D, S, S_from, shape_str(t).c_str());
       if (c.host()) {
         View iv;
         to_view(*idx, &iv);
@@ -388,7 +391,9 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
       }
       return true;
     }
-    return c.shape_is(name, t, {N, D, S}, "= [N, D, S]");
+    return c.shape_is(name, t, {N, D, S},
+                      S_from == std::string("state_len") ? "= [N, D, S] (S from state_len)"
+                                                         : "= [N, D, S]");
   };
   if (!check_state("initial_state", a->initial_state, "initial_state_indices",
                    &a->initial_state_indices))
