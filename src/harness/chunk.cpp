@@ -1,0 +1,199 @@
+// Chunked computations: a batch cut per sequence into head and tail, the
+// head's final state handed to the tail as its initial state.
+//
+// Exactness (semantics section 1-2): with u = h0 ++ x, the tail's initial
+// state is u[split, split+S), so
+//   - forward: every y and the final state equal the whole run's bitwise
+//     (each y is the same W-term sum of the same values);
+//   - backward, loss on tail outputs only: the tail's dh0 equals the whole
+//     run's du at u positions [split, split+S) (dh0 ++ dx of the whole run),
+//     and the head's backward fed dht = that dh0 reproduces the whole run's dx
+//     on head tokens and its dh0; dweight and dbias split into head + tail.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "harness/harness.hpp"
+
+namespace shortconv::harness {
+
+namespace {
+
+int64_t seq_len(const Case& c, int64_t n) { return c.packed ? c.lengths[size_t(n)] : c.T; }
+
+// First logical x row (b * xt + token) of sequence n.
+std::vector<int64_t> seq_starts(const Case& c) {
+  std::vector<int64_t> s(size_t(c.num_seqs()));
+  int64_t acc = 0;
+  for (int64_t n = 0; n < c.num_seqs(); ++n) {
+    s[size_t(n)] = c.packed ? acc : n * c.T;
+    acc += seq_len(c, n);
+  }
+  return s;
+}
+
+}  // namespace
+
+void cut(const Case& c, const Inputs& in, const std::vector<int64_t>& lo,
+         const std::vector<int64_t>& hi, const std::vector<double>& h0, Case* oc, Inputs* oi) {
+  const int64_t N = c.num_seqs(), D = c.D;
+  std::vector<int64_t> len(size_t(N), 0);
+  bool uniform = !c.packed;
+  for (int64_t n = 0; n < N; ++n) {
+    len[size_t(n)] = hi[size_t(n)] - lo[size_t(n)];
+    if (len[size_t(n)] != len[0]) uniform = false;
+  }
+  Case o = c;
+  o.pool = 0;
+  o.h0_index.clear();
+  o.ht_index.clear();
+  o.in_place = false;
+  o.h0 = !h0.empty();
+  o.ht = true;
+  o.dht = false;
+  o.dy_broadcast = false;
+  if (uniform) {
+    o.packed = false;
+    o.B = N;
+    o.T = N > 0 ? len[0] : 0;
+    o.lengths.clear();
+  } else {
+    o.packed = true;
+    o.lengths = len;
+  }
+  const std::vector<int64_t> from = seq_starts(c), to = seq_starts(o);
+  Inputs r;
+  r.weight = in.weight;
+  r.bias = in.bias;
+  r.h0 = h0;
+  const size_t act_n = size_t(o.xb() * o.xt() * D);
+  auto copy = [&](const std::vector<double>& src, std::vector<double>& dst, bool broadcast) {
+    if (src.empty()) return;
+    dst.assign(act_n, 0.0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t t = 0; t < len[size_t(n)]; ++t)
+        for (int64_t d = 0; d < D; ++d)
+          dst[size_t((to[size_t(n)] + t) * D + d)] =
+              broadcast ? src[size_t(d)] : src[size_t((from[size_t(n)] + lo[size_t(n)] + t) * D + d)];
+  };
+  copy(in.x, r.x, false);
+  copy(in.residual, r.residual, false);
+  copy(in.dy, r.dy, c.dy_broadcast);
+  if (o.packed) {
+    r.cu_seqlens.assign(1, 0);
+    for (int64_t l : len) r.cu_seqlens.push_back(r.cu_seqlens.back() + l);
+  }
+  *oc = o;
+  *oi = r;
+}
+
+ChunkResult run_chunked(const Case& c, const Inputs& in, const std::vector<int64_t>& split,
+                        sc_backend backend) {
+  ChunkResult R;
+  const int64_t N = c.num_seqs(), D = c.D, S = c.state_len(), W = c.W;
+  std::vector<int64_t> zero(size_t(N), 0);
+  std::vector<int64_t> len(size_t(N), 0);
+  for (int64_t n = 0; n < N; ++n) len[size_t(n)] = seq_len(c, n);
+
+  // The whole run: loss on tail outputs only (dy zero on every head token).
+  Case cw = c;
+  cw.pool = 0;
+  cw.h0_index.clear();
+  cw.ht_index.clear();
+  cw.in_place = false;
+  cw.ht = true;
+  cw.dht = false;
+  cw.dy = true;
+  cw.dy_broadcast = false;
+  cw.want_dx = cw.want_dweight = cw.want_dbias = cw.want_dh0 = true;
+  Inputs iw = in;
+  iw.dht.clear();
+  {
+    const std::vector<int64_t> st = seq_starts(c);
+    std::vector<double> dy(size_t(c.xb() * c.xt() * D));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t t = 0; t < len[size_t(n)]; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t i = size_t((st[size_t(n)] + t) * D + d);
+          const double g = in.dy.empty() ? 1.0 : in.dy[c.dy_broadcast ? size_t(d) : i];
+          dy[i] = t < split[size_t(n)] ? 0.0 : g;
+        }
+    iw.dy = dy;
+  }
+  R.whole = run(cw, iw, backend, kBoth);
+
+  Case hc, tc;
+  Inputs hi, ti;
+  cut(cw, iw, zero, split, c.h0 ? in.h0 : std::vector<double>(), &hc, &hi);
+  R.head = run(hc, hi, backend, kForward);
+  cut(cw, iw, split, len, R.head.ht, &tc, &ti);
+  tc.h0 = true;
+  ti.h0 = R.head.ht;
+  R.tail = run(tc, ti, backend, kBoth);
+  Case hb = hc;
+  hb.dy = false;  // absent dy = zeros: the head carries no loss
+  hb.dht = true;
+  hb.want_dh0 = true;
+  hi.dy.clear();
+  hi.dht = R.tail.dh0;
+  R.head_bwd = run(hb, hi, backend, kBackward);
+
+  for (const Outputs* o : {&R.whole, &R.head, &R.tail, &R.head_bwd})
+    if (!o->ok() && R.error.empty()) {
+      R.status = o->status != SC_OK ? o->status : SC_ERR_BACKEND;
+      R.error = o->problems();
+    }
+  if (!R.error.empty()) return R;
+
+  const std::vector<int64_t> sw = seq_starts(cw), sh = seq_starts(hc), stl = seq_starts(tc);
+  auto same = [](double a, double b) {
+    return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
+  };
+  R.forward_bitexact = true;
+  std::vector<double> dx(R.whole.dx.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t t = 0; t < len[size_t(n)]; ++t) {
+      const bool head = t < split[size_t(n)];
+      const int64_t row = head ? sh[size_t(n)] + t : stl[size_t(n)] + t - split[size_t(n)];
+      const std::vector<double>& y = head ? R.head.y : R.tail.y;
+      const std::vector<double>& g = head ? R.head_bwd.dx : R.tail.dx;
+      for (int64_t d = 0; d < D; ++d) {
+        const size_t wi = size_t((sw[size_t(n)] + t) * D + d), ci = size_t(row * D + d);
+        if (!same(R.whole.y[wi], y[ci])) R.forward_bitexact = false;
+        dx[wi] = g[ci];
+      }
+    }
+  R.state_bitexact = bit_equal(R.tail.ht, R.whole.ht);
+
+  // du of the whole run at u positions [split, split + S): u = h0 ++ x.
+  R.grad_whole.assign(size_t(N * D * S), 0.0);
+  R.grad_chunked = R.tail.dh0;
+  double nw = 0, nc = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t j = 0; j < S; ++j) {
+        const int64_t p = split[size_t(n)] + j;
+        const size_t gi = size_t((n * D + d) * S + j);
+        R.grad_whole[gi] = p < S ? R.whole.dh0[size_t((n * D + d) * S + p)]
+                                 : R.whole.dx[size_t((sw[size_t(n)] + p - S) * D + d)];
+        if (j >= S - (W - 1)) {
+          nw += R.grad_whole[gi] * R.grad_whole[gi];
+          nc += R.grad_chunked[gi] * R.grad_chunked[gi];
+        }
+      }
+  R.ratio = nw > 0 ? std::sqrt(nc / nw) : (nc > 0 ? INFINITY : 1.0);
+  R.grad_err = rel_err(R.grad_chunked, R.grad_whole);
+
+  R.dx_err = rel_err(dx, R.whole.dx);
+  auto sum = [](const std::vector<double>& a, const std::vector<double>& b) {
+    std::vector<double> s(a.size());
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) s[i] = a[i] + b[i];
+    return s;
+  };
+  R.dweight_err = rel_err(sum(R.head_bwd.dweight, R.tail.dweight), R.whole.dweight);
+  R.dbias_err = rel_err(sum(R.head_bwd.dbias, R.tail.dbias), R.whole.dbias);
+  R.dh0_err = rel_err(R.head_bwd.dh0, R.whole.dh0);
+  return R;
+}
+
+}  // namespace shortconv::harness

@@ -1,0 +1,477 @@
+// `shortconv bench`: forward and forward+backward timings against the floor.
+//
+// The floor of a memory-bound op is the bytes that must move divided by the
+// copy bandwidth measured in the same run: forward reads x and writes y
+// (2 x-sized tensors); forward+backward also reads x again, reads dy and
+// writes dx (5 x-sized tensors).  fraction = floor time / measured time
+// (1.0 = at the copy bandwidth).  Copy bandwidth counts read + write bytes.
+//
+// Every buffer and the workspace are allocated once (harness::Prepared)
+// before timing; the timed region holds only sc_forward / sc_backward calls.
+// fwd+bwd is one forward plus one backward call (dx, dweight, dbias; dh0 when
+// the case has states).  Small cases rotate over several copies of their
+// buffers so they are not timed out of cache.
+//   CPU:  steady_clock per call, one warm-up, median; copy: multi-threaded memcpy.
+//   CUDA: cudaEvents on a stream, warm-up, median of many reps; copy:
+//         cudaMemcpyAsync device-to-device.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <omp.h>
+
+#include "cli.hpp"
+#include "core/dtype.hpp"
+#include "harness/harness.hpp"
+
+#ifdef SHORTCONV_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace shortconv::cli {
+
+namespace {
+
+using harness::Case;
+using harness::Layout;
+using harness::Prepared;
+
+struct Shape {
+  std::string name;
+  int64_t B, T, D;
+  int64_t seqs = 0;  // > 0: packed batch of `seqs` equal sequences (B must be 1)
+  bool states = false;
+  Layout layout = Layout::token_major;
+  int W = 4;
+  std::vector<sc_dtype> dtypes;
+};
+
+struct Result {
+  std::string shape, dtype, layout;
+  int W = 4;
+  int64_t x_bytes = 0;
+  double fwd_us = 0, fwdbwd_us = 0;
+  int fwd_reps = 0, fwdbwd_reps = 0;
+  std::string error;
+};
+
+// Bench policy: how long and how often each measurement runs.
+struct Policy {
+  int min_reps;            // timed repetitions at least (after warm-up)
+  int max_reps;            // ... and at most
+  double budget_s;         // stop after min_reps once this much time was spent
+  int64_t rotate_bytes;    // rotate buffer copies until the working set reaches this
+  int max_copies;          // ... with at most this many copies
+};
+constexpr Policy kCpuPolicy = {5, 50, 1.0, int64_t(128) << 20, 8};
+constexpr Policy kCudaPolicy = {50, 500, 2.0, int64_t(256) << 20, 16};
+static_assert(kCpuPolicy.min_reps >= 1 && kCudaPolicy.min_reps >= 1, "at least one timed rep");
+
+void usage(FILE* f) {
+  std::fprintf(f,
+               "usage: shortconv bench [--backend cpu|cuda|ref] [--json] [options]\n"
+               "\n"
+               "Times the forward and forward+backward (one forward plus one backward call with\n"
+               "dx, dweight, dbias, and dh0 when the case has states) on default shapes, W=4,\n"
+               "SiLU, bias, token-major, bf16 and fp32; measures the memory copy bandwidth in the\n"
+               "same run and reports for each result microseconds, GB/s (bytes that must move /\n"
+               "time: forward 2 x-sized tensors, forward+backward 5) and the fraction of the\n"
+               "floor (floor time = those bytes / copy bandwidth; 1.0 = copy speed).\n"
+               "\n"
+               "default shapes (B x T x D):\n"
+               "  cpu:  dense 4x4096x2048; packed 1x16384x2048 in 16 sequences with initial and\n"
+               "        final states; long 1x32768x1024\n"
+               "  cuda: dense 8x4096x4096; packed 1x32768x8192 in 16 sequences with states;\n"
+               "        long 1x65536x4096; small 1x2048x2048; and on the dense shape\n"
+               "        channel-major, W=8 and fp32\n"
+               "\n"
+               "options:\n"
+               "  --backend B     cpu (default), cuda or ref\n"
+               "  --json          one JSON object {backend, copy_GBps, results: [{shape, dtype,\n"
+               "                  fwd_us, fwdbwd_us, fwd_frac, fwdbwd_frac, ...}]}\n"
+               "  --shape BxTxD   bench this dense shape instead of the defaults\n"
+               "  --seqs N        with --shape: a packed batch of N equal sequences (B must be 1)\n"
+               "  --states        with --shape: initial and final states (and dh0)\n"
+               "  --dtype D       bf16, fp16, fp32, fp64 or all (default: bf16 and fp32)\n"
+               "  --width W       convolution width (default 4)\n"
+               "  --layout L      token (default) or channel (channel-major [B, D, T])\n"
+               "  --reps N        timed repetitions at least (default cpu 5, cuda 50)\n"
+               "  --threads N     CPU threads for the backend and the copy (default: all)\n");
+}
+
+bool parse_shape(const std::string& s, int64_t* B, int64_t* T, int64_t* D) {
+  int64_t v[3];
+  size_t pos = 0;
+  for (int i = 0; i < 3; ++i) {
+    const size_t x = s.find('x', pos);
+    const std::string part = s.substr(pos, i < 2 ? x - pos : std::string::npos);
+    if ((i < 2 && x == std::string::npos) || !parse_int(part, &v[i]) || v[i] < 1) return false;
+    pos = x + 1;
+  }
+  *B = v[0];
+  *T = v[1];
+  *D = v[2];
+  return true;
+}
+
+bool parse_dtype(const std::string& s, std::vector<sc_dtype>* out) {
+  if (s == "bf16" || s == "bfloat16") *out = {SC_BF16};
+  else if (s == "fp16" || s == "f16" || s == "float16") *out = {SC_F16};
+  else if (s == "fp32" || s == "f32" || s == "float32") *out = {SC_F32};
+  else if (s == "fp64" || s == "f64" || s == "float64") *out = {SC_F64};
+  else if (s == "all") *out = {SC_BF16, SC_F16, SC_F32, SC_F64};
+  else return false;
+  return true;
+}
+
+const char* short_dtype(sc_dtype d) {
+  switch (d) {
+    case SC_BF16: return "bf16";
+    case SC_F16: return "fp16";
+    case SC_F32: return "fp32";
+    case SC_F64: return "fp64";
+    default: return "?";
+  }
+}
+
+Case make_case(const Shape& s, sc_dtype dt, int threads) {
+  Case c;
+  c.W = s.W;
+  c.act = SC_ACT_SILU;
+  c.act_dtype = c.param_dtype = c.state_dtype = dt;
+  c.D = s.D;
+  c.layout = s.layout;
+  c.bias = true;
+  if (s.seqs > 0) {
+    c.packed = true;
+    c.lengths.assign(size_t(s.seqs), s.T / s.seqs);
+    c.lengths.back() += s.T - (s.T / s.seqs) * s.seqs;
+  } else {
+    c.B = s.B;
+    c.T = s.T;
+  }
+  c.h0 = c.ht = s.states;
+  c.dy = true;
+  c.want_dx = c.want_dweight = c.want_dbias = true;
+  c.want_dh0 = s.states;
+  c.num_threads = threads;
+  return c;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Median of timed(i) (i = rep index, for rotation; returns microseconds)
+// after one warm-up call, repeated per the policy.
+double measure(const Policy& pol, int min_reps, const std::function<double(int)>& timed, int* reps) {
+  timed(0);  // warm-up (first touch, lazy init, caches)
+  std::vector<double> t;
+  double spent = 0;
+  for (int i = 0; i < pol.max_reps; ++i) {
+    const double us = timed(i + 1);
+    t.push_back(us);
+    spent += us * 1e-6;
+    if (int(t.size()) >= min_reps && spent >= pol.budget_s) break;
+    if (spent >= 4 * pol.budget_s) break;  // a slow backend (the oracle): a few reps suffice
+  }
+  *reps = int(t.size());
+  return median(t);
+}
+
+double host_copy_GBps(int threads) {
+  const size_t bytes = size_t(512) << 20;
+  std::vector<unsigned char> src(bytes, 1), dst(bytes, 0);
+  const int nt = threads > 0 ? threads : omp_get_max_threads();
+  auto once = [&]() {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int k = 0; k < nt; ++k) {
+      const size_t lo = bytes * size_t(k) / size_t(nt), hi = bytes * size_t(k + 1) / size_t(nt);
+      std::memcpy(dst.data() + lo, src.data() + lo, hi - lo);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  once();
+  std::vector<double> t;
+  for (int i = 0; i < 5; ++i) t.push_back(once());
+  return 2.0 * double(bytes) / median(t) / 1e9;  // read + write
+}
+
+#ifdef SHORTCONV_WITH_CUDA
+double device_copy_GBps(cudaStream_t s) {
+  const size_t bytes = size_t(1) << 30;
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
+    cudaFree(a);
+    return NAN;
+  }
+  cudaMemsetAsync(a, 1, bytes, s);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<double> t;
+  for (int i = 0; i < 12; ++i) {
+    cudaEventRecord(e0, s);
+    cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s);
+    cudaEventRecord(e1, s);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i >= 2) t.push_back(ms * 1e-3);  // the first two are warm-up
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * double(bytes) / median(t) / 1e9;  // read + write
+}
+#endif
+
+}  // namespace
+
+int bench_main(int argc, char** argv) {
+  Options opt;
+  opt.flags = {"--json", "--help", "-h", "--states"};
+  opt.valued = {"--backend", "--shape", "--seqs", "--dtype", "--width", "--layout", "--reps",
+                "--threads"};
+  std::string err;
+  if (!opt.parse(argc, argv, "bench", &err)) {
+    std::fprintf(stderr, "%s\n", err.c_str());
+    return 2;
+  }
+  if (opt.has("--help") || opt.has("-h")) {
+    usage(stdout);
+    return 0;
+  }
+  auto fail_usage = [](const std::string& m) {
+    std::fprintf(stderr, "shortconv bench: %s\n", m.c_str());
+    return 2;
+  };
+  sc_backend backend;
+  const std::string bname = opt.get("--backend", "cpu");
+  if (!parse_backend(bname, &backend))
+    return fail_usage("--backend: expected cpu, cuda or ref, got '" + bname + "'");
+  const bool cuda = backend == SC_BACKEND_CUDA;
+  std::vector<sc_dtype> dtypes = {SC_BF16, SC_F32};
+  if (opt.has("--dtype") && !parse_dtype(opt.get("--dtype", ""), &dtypes))
+    return fail_usage("--dtype: expected bf16, fp16, fp32, fp64 or all, got '" +
+                      opt.get("--dtype", "") + "'");
+  int64_t width = 4, reps = cuda ? kCudaPolicy.min_reps : kCpuPolicy.min_reps, threads = 0, seqs = 0;
+  if (opt.has("--width") && (!parse_int(opt.get("--width", ""), &width) || width < 1 || width > 64))
+    return fail_usage("--width: expected an integer in [1, 64], got '" + opt.get("--width", "") + "'");
+  if (opt.has("--reps") && (!parse_int(opt.get("--reps", ""), &reps) || reps < 1))
+    return fail_usage("--reps: expected a positive integer, got '" + opt.get("--reps", "") + "'");
+  if (opt.has("--threads") && (!parse_int(opt.get("--threads", ""), &threads) || threads > 4096))
+    return fail_usage("--threads: expected a non-negative integer, got '" + opt.get("--threads", "") + "'");
+  if (opt.has("--seqs") && (!parse_int(opt.get("--seqs", ""), &seqs) || seqs < 1))
+    return fail_usage("--seqs: expected a positive integer, got '" + opt.get("--seqs", "") + "'");
+  Layout layout = Layout::token_major;
+  const std::string lname = opt.get("--layout", "token");
+  if (lname == "channel" || lname == "channel-major") layout = Layout::channel_major;
+  else if (lname != "token" && lname != "token-major")
+    return fail_usage("--layout: expected token or channel, got '" + lname + "'");
+  if ((opt.has("--seqs") || opt.has("--states")) && !opt.has("--shape"))
+    return fail_usage("--seqs and --states go with --shape");
+
+  std::vector<Shape> shapes;
+  if (opt.has("--shape")) {
+    Shape s;
+    if (!parse_shape(opt.get("--shape", ""), &s.B, &s.T, &s.D))
+      return fail_usage("--shape: expected BxTxD with positive integers, got '" +
+                        opt.get("--shape", "") + "'");
+    if (seqs > 0 && s.B != 1) return fail_usage("--seqs: a packed batch needs B = 1");
+    if (seqs > s.T) return fail_usage("--seqs: more sequences than tokens");
+    s.seqs = seqs;
+    s.states = opt.has("--states");
+    s.name = std::string(seqs ? "packed " : "dense ") + opt.get("--shape", "");
+    s.layout = layout;
+    s.W = int(width);
+    s.dtypes = dtypes;
+    shapes.push_back(s);
+  } else {
+    const bool user_dtype = opt.has("--dtype");
+    auto add = [&](const char* name, int64_t B, int64_t T, int64_t D, int64_t nseq, bool st,
+                   Layout l, int W, std::vector<sc_dtype> dts) {
+      Shape s{name, B, T, D, nseq, st, l, W, user_dtype ? dtypes : dts};
+      if (opt.has("--layout")) s.layout = layout;
+      if (opt.has("--width")) s.W = int(width);
+      shapes.push_back(s);
+    };
+    const int W = int(width);
+    if (cuda) {
+      add("dense 8x4096x4096", 8, 4096, 4096, 0, false, Layout::token_major, W, {SC_BF16, SC_F32});
+      add("packed 1x32768x8192 /16 +states", 1, 32768, 8192, 16, true, Layout::token_major, W, {SC_BF16});
+      add("long 1x65536x4096", 1, 65536, 4096, 0, false, Layout::token_major, W, {SC_BF16});
+      add("small 1x2048x2048", 1, 2048, 2048, 0, false, Layout::token_major, W, {SC_BF16});
+      if (!opt.has("--layout"))
+        add("dense 8x4096x4096 chan-major", 8, 4096, 4096, 0, false, Layout::channel_major, W, {SC_BF16});
+      if (!opt.has("--width"))
+        add("dense 8x4096x4096 W=8", 8, 4096, 4096, 0, false, Layout::token_major, 8, {SC_BF16});
+    } else {
+      add("dense 4x4096x2048", 4, 4096, 2048, 0, false, Layout::token_major, W, dtypes);
+      add("packed 1x16384x2048 /16 +states", 1, 16384, 2048, 16, true, Layout::token_major, W, dtypes);
+      add("long 1x32768x1024", 1, 32768, 1024, 0, false, Layout::token_major, W, dtypes);
+    }
+  }
+
+  if (!sc_has_backend(backend)) {
+    std::fprintf(stderr, "shortconv bench: the %s backend is not compiled into this build\n",
+                 bname.c_str());
+    return 1;
+  }
+  if (cuda && !harness::cuda_device_present()) {
+    std::fprintf(stderr, "shortconv bench: --backend cuda: no CUDA device is present\n");
+    return 1;
+  }
+  if (threads > 0) omp_set_num_threads(int(threads));
+
+  const Policy& pol = cuda ? kCudaPolicy : kCpuPolicy;
+  void* stream = nullptr;
+  double copy_GBps = NAN;
+  std::function<double(const std::function<void()>&)> time_call;
+#ifdef SHORTCONV_WITH_CUDA
+  cudaStream_t cs = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (cuda) {
+    cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    stream = cs;
+    copy_GBps = device_copy_GBps(cs);
+    time_call = [&](const std::function<void()>& f) {
+      cudaEventRecord(e0, cs);
+      f();
+      cudaEventRecord(e1, cs);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      return double(ms) * 1e3;
+    };
+  }
+#endif
+  if (!cuda) {
+    copy_GBps = host_copy_GBps(int(threads));
+    time_call = [](const std::function<void()>& f) {
+      const auto t0 = std::chrono::steady_clock::now();
+      f();
+      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    };
+  }
+
+  std::vector<Result> results;
+  bool any_error = false;
+  for (const Shape& s : shapes)
+    for (sc_dtype dt : s.dtypes) {
+      Result r;
+      r.shape = s.name;
+      r.dtype = short_dtype(dt);
+      r.layout = harness::layout_name(s.layout);
+      r.W = s.W;
+      r.x_bytes = s.B * s.T * s.D * dtype_size(dt);
+      const Case c = make_case(s, dt, int(threads));
+      // Rotate over copies when the working set is small (cache effects).
+      const int64_t footprint = 2 * r.x_bytes;
+      const int copies = int(std::clamp<int64_t>(
+          (pol.rotate_bytes + footprint - 1) / std::max<int64_t>(footprint, 1), 1, pol.max_copies));
+      std::vector<std::unique_ptr<Prepared>> ps;
+      try {
+        for (int i = 0; i < copies; ++i) {
+          Case ci = c;
+          ci.seed = uint64_t(i + 1);
+          ps.push_back(std::make_unique<Prepared>(ci, nullptr, backend));
+          ps.back()->set_stream(stream);
+        }
+      } catch (const std::exception& e) {
+        r.error = e.what();
+      }
+      sc_status st = SC_OK;
+      std::string msg;
+      auto fwd = [&](int i) {
+        Prepared& p = *ps[size_t(i % copies)];
+        return time_call([&] {
+          const sc_status s1 = p.forward(&msg);
+          if (s1 != SC_OK) st = s1;
+        });
+      };
+      auto fwdbwd = [&](int i) {
+        Prepared& p = *ps[size_t(i % copies)];
+        return time_call([&] {
+          sc_status s1 = p.forward(&msg);
+          if (s1 == SC_OK) s1 = p.backward(&msg);
+          if (s1 != SC_OK) st = s1;
+        });
+      };
+      if (r.error.empty()) {
+        r.fwd_us = measure(pol, int(reps), fwd, &r.fwd_reps);
+        if (st == SC_OK) r.fwdbwd_us = measure(pol, int(reps), fwdbwd, &r.fwdbwd_reps);
+        if (st != SC_OK) r.error = std::string(sc_status_string(st)) + ": " + msg;
+      }
+      if (!r.error.empty()) any_error = true;
+      results.push_back(r);
+      if (!opt.has("--json")) {
+        if (results.size() == 1) {
+          std::printf("shortconv bench — backend %s, %s, copy bandwidth %.1f GB/s (read+write)\n",
+                      bname.c_str(),
+                      cuda ? "cudaEvents, median" : "steady_clock, median",
+                      copy_GBps);
+          std::printf("floor = bytes that must move / copy bandwidth: fwd 2 x-sized tensors, "
+                      "fwd+bwd 5; frac = floor / time\n\n");
+          std::printf("%-34s %-5s %2s %-13s %11s %8s %6s %11s %8s %6s\n", "shape", "dtype", "W",
+                      "layout", "fwd_us", "GB/s", "frac", "fwdbwd_us", "GB/s", "frac");
+        }
+        if (!r.error.empty()) {
+          std::printf("%-34s %-5s %2d %-13s ERROR %s\n", r.shape.c_str(), r.dtype.c_str(), r.W,
+                      r.layout.c_str(), r.error.c_str());
+        } else {
+          const double fb = 2.0 * double(r.x_bytes), bb = 5.0 * double(r.x_bytes);
+          std::printf("%-34s %-5s %2d %-13s %11.1f %8.1f %6.3f %11.1f %8.1f %6.3f\n",
+                      r.shape.c_str(), r.dtype.c_str(), r.W, r.layout.c_str(), r.fwd_us,
+                      fb / r.fwd_us / 1e3, fb / (copy_GBps * 1e3) / r.fwd_us, r.fwdbwd_us,
+                      bb / r.fwdbwd_us / 1e3, bb / (copy_GBps * 1e3) / r.fwdbwd_us);
+        }
+        std::fflush(stdout);
+      }
+    }
+
+  if (opt.has("--json")) {
+    std::printf("{\"backend\": %s, \"threads\": %lld, \"copy_GBps\": %s, \"results\": [",
+                json_str(bname).c_str(), (long long)threads, json_num(copy_GBps).c_str());
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Result& r = results[i];
+      const double fb = 2.0 * double(r.x_bytes), bb = 5.0 * double(r.x_bytes);
+      const bool ok = r.error.empty();
+      std::printf("%s\n  {\"shape\": %s, \"dtype\": %s, \"W\": %d, \"layout\": %s, \"x_bytes\": %lld, "
+                  "\"fwd_us\": %s, \"fwdbwd_us\": %s, \"fwd_GBps\": %s, \"fwdbwd_GBps\": %s, "
+                  "\"fwd_frac\": %s, \"fwdbwd_frac\": %s, \"fwd_reps\": %d, \"fwdbwd_reps\": %d, "
+                  "\"error\": %s}",
+                  i ? "," : "", json_str(r.shape).c_str(), json_str(r.dtype).c_str(), r.W,
+                  json_str(r.layout).c_str(), (long long)r.x_bytes,
+                  json_num(ok ? r.fwd_us : NAN).c_str(), json_num(ok ? r.fwdbwd_us : NAN).c_str(),
+                  json_num(ok ? fb / r.fwd_us / 1e3 : NAN).c_str(),
+                  json_num(ok ? bb / r.fwdbwd_us / 1e3 : NAN).c_str(),
+                  json_num(ok ? fb / (copy_GBps * 1e3) / r.fwd_us : NAN).c_str(),
+                  json_num(ok ? bb / (copy_GBps * 1e3) / r.fwdbwd_us : NAN).c_str(), r.fwd_reps,
+                  r.fwdbwd_reps, json_str(r.error).c_str());
+    }
+    std::printf("\n]}\n");
+  }
+#ifdef SHORTCONV_WITH_CUDA
+  if (cuda) {
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaStreamDestroy(cs);
+  }
+#endif
+  return any_error ? 1 : 0;
+}
+
+}  // namespace shortconv::cli
