@@ -1,0 +1,30 @@
+"""shortconv: the short causal depthwise convolution for PyTorch, over libshortconv's C ABI.
+
+    y, final_state = shortconv.causal_conv1d(x, weight, bias, activation="silu",
+                                             output_final_state=True)
+    y, cache = shortconv.causal_conv1d_update(x_t, cache, weight=weight, activation="silu")
+    layer = shortconv.ShortConvolution(hidden_size, kernel_size=4)
+
+CPU tensors run on the CPU backend, CUDA tensors on the CUDA backend (torch's
+current stream, workspace from torch's caching allocator).  The library is
+found next to this file (wheel), through $SHORTCONV_LIBRARY, or at
+<repo>/build/lib/libshortconv.so (source build).
+"""
+
+from ._lib import ShortConvError, has_backend, library_path, version
+from ._ops import HAS_CUSTOM_OPS
+from .functional import causal_conv1d, causal_conv1d_update
+from .modules import ShortConvolution
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "causal_conv1d",
+    "causal_conv1d_update",
+    "ShortConvolution",
+    "ShortConvError",
+    "HAS_CUSTOM_OPS",
+    "has_backend",
+    "library_path",
+    "version",
+]

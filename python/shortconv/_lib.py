@@ -1,0 +1,296 @@
+"""The C ABI (include/shortconv/shortconv.h) through ctypes.
+
+No compilation against torch: one libshortconv serves every torch version.
+
+Where the library is looked for, first hit wins:
+  1. $SHORTCONV_LIBRARY (a path to the .so),
+  2. next to this file (the wheel installs libshortconv.so into the package),
+  3. <repo>/build/lib/libshortconv.so (a source build with python/ on PYTHONPATH).
+
+Host overhead matters (a small call should cost a few µs of Python), so an
+sc_conv_args is not built field by field through ctypes attributes: each call
+copies a pre-initialised byte template (sc_conv_args_init's output) into one
+fresh ctypes buffer and writes each present tensor description with a single
+precompiled struct.pack_into at the field's offset.  The buffer also holds the
+size_t the workspace query writes and the sc_error message, so a call makes
+exactly one allocation of its own and shares nothing with other threads.
+
+Layout of the per-call buffer:
+  [0, ARGS_SIZE)                 sc_conv_args
+  [WS_OFF, WS_OFF + 8)           size_t workspace bytes (query output)
+  [ERR_OFF, ERR_OFF + 512)       sc_error
+"""
+
+import ctypes
+import os
+import struct
+
+import torch
+
+__all__ = ["ShortConvError", "library_path", "version", "has_backend"]
+
+# ---- status and dtype codes (shortconv.h) --------------------------------------
+SC_OK = 0
+SC_ERR_INVALID_ARGUMENT = 1
+SC_ERR_UNSUPPORTED = 2
+SC_ERR_WORKSPACE = 3
+SC_ERR_BACKEND = 4
+
+SC_BACKEND_CPU = 0
+SC_BACKEND_CUDA = 1
+SC_BACKEND_REF = 2
+
+ACT_NONE = 0
+ACT_SILU = 1
+
+# Float groups (activation, parameter, state) and index tensors.
+FLOAT_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3}
+INDEX_CODES = {torch.int32: 4, torch.int64: 5}
+
+
+class ShortConvError(ValueError):
+    """An error reported by libshortconv (bad shape, stride, dtype, ... or a
+    backend failure).  ``status`` is the sc_status code; the message names the
+    argument, the expected and the given value."""
+
+    def __init__(self, message, status=SC_ERR_INVALID_ARGUMENT):
+        super().__init__(message)
+        self.status = status
+
+
+# ---- the struct layout, mirrored once to get offsets -------------------------
+_MAX_DIMS = 4
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * _MAX_DIMS),
+        ("stride", ctypes.c_int64 * _MAX_DIMS),
+    ]
+
+
+class _Exec(ctypes.Structure):
+    _fields_ = [
+        ("backend", ctypes.c_int32),
+        ("num_threads", ctypes.c_int32),
+        ("tile_t", ctypes.c_int64),
+        ("tile_d", ctypes.c_int64),
+        ("stream", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
+    ]
+
+
+# Field order of sc_conv_args after the four int32 scalars.
+TENSOR_FIELDS = (
+    "x", "weight", "bias", "residual", "cu_seqlens", "initial_state", "initial_state_indices",
+    "y", "final_state", "final_state_indices",
+    "dy", "dfinal_state", "dx", "dweight", "dbias", "dinitial_state",
+)
+
+
+class _Args(ctypes.Structure):
+    _fields_ = (
+        [("struct_size", ctypes.c_uint32), ("width", ctypes.c_int32),
+         ("state_len", ctypes.c_int32), ("activation", ctypes.c_int32)]
+        + [(name, _Tensor) for name in TENSOR_FIELDS]
+        + [("exec", _Exec)]
+    )
+
+
+ARGS_SIZE = ctypes.sizeof(_Args)
+OFF = {name: getattr(_Args, name).offset for name in TENSOR_FIELDS}
+_SCALARS_OFF = _Args.width.offset
+_EXEC_OFF = _Args.exec.offset
+_WORKSPACE_OFF = _EXEC_OFF + _Exec.workspace.offset
+WS_OFF = (ARGS_SIZE + 7) // 8 * 8
+ERR_OFF = WS_OFF + 8
+_ERR_MAX = 512
+_BUF_SIZE = ERR_OFF + _ERR_MAX
+_Buf = ctypes.c_char * _BUF_SIZE
+
+# One precompiled packer per rank: data, dtype, ndim, shape[0..nd), padding to
+# shape[4], stride[0..nd) (unused shape/stride slots stay 0 from the template).
+_TENSOR_PACK = [None] + [
+    struct.Struct("<Qii%dq%dx%dq" % (nd, 8 * (_MAX_DIMS - nd), nd)).pack_into
+    for nd in range(1, _MAX_DIMS + 1)
+]
+_SCALARS_PACK = struct.Struct("<iii").pack_into          # width, state_len, activation
+_EXEC_PACK = struct.Struct("<iiqqQ").pack_into           # backend .. stream
+_WORKSPACE_PACK = struct.Struct("<QQ").pack_into         # workspace, workspace_bytes
+_SIZE_UNPACK = struct.Struct("<Q").unpack_from
+
+
+# ---- loading --------------------------------------------------------------------
+def _candidates():
+    env = os.environ.get("SHORTCONV_LIBRARY")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(os.path.dirname(here))
+    return [
+        os.path.join(here, "libshortconv.so"),
+        os.path.join(repo, "build", "lib", "libshortconv.so"),
+    ]
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.path.exists(path):
+            return ctypes.CDLL(path), path
+        tried.append(path)
+    raise ImportError(
+        "shortconv: libshortconv.so not found (looked at %s). Build it with "
+        "`cmake -S . -B build -G Ninja && cmake --build build`, install the package with "
+        "`pip install .`, or point SHORTCONV_LIBRARY at the library." % ", ".join(tried))
+
+
+_lib, library_path = _load()
+
+for _name in ("sc_forward", "sc_backward"):
+    getattr(_lib, _name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    getattr(_lib, _name).restype = ctypes.c_int
+for _name in ("sc_forward_workspace_size", "sc_backward_workspace_size"):
+    getattr(_lib, _name).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    getattr(_lib, _name).restype = ctypes.c_int
+_lib.sc_conv_args_init.argtypes = [ctypes.c_void_p]
+_lib.sc_conv_args_init.restype = None
+_lib.sc_status_string.argtypes = [ctypes.c_int]
+_lib.sc_status_string.restype = ctypes.c_char_p
+_lib.sc_version_string.argtypes = []
+_lib.sc_version_string.restype = ctypes.c_char_p
+_lib.sc_has_backend.argtypes = [ctypes.c_int32]
+_lib.sc_has_backend.restype = ctypes.c_int32
+
+_sc_forward = _lib.sc_forward
+_sc_backward = _lib.sc_backward
+_sc_forward_ws = _lib.sc_forward_workspace_size
+_sc_backward_ws = _lib.sc_backward_workspace_size
+
+# The template: sc_conv_args_init's bytes followed by zeroed ws / error slots.
+_init = _Buf()
+_lib.sc_conv_args_init(ctypes.addressof(_init))
+if struct.unpack_from("<I", _init, 0)[0] != ARGS_SIZE:
+    raise ImportError(
+        "shortconv: %s has sizeof(sc_conv_args) = %d but this package expects %d; the library "
+        "and the Python package come from different versions"
+        % (library_path, struct.unpack_from("<I", _init, 0)[0], ARGS_SIZE))
+_TEMPLATE = bytes(_init)
+del _init
+
+
+def version():
+    """The library's version string, "MAJOR.MINOR.PATCH"."""
+    return _lib.sc_version_string().decode()
+
+
+def has_backend(backend):
+    """True if the backend (0 cpu, 1 cuda, 2 ref, or the names) is compiled in."""
+    if isinstance(backend, str):
+        backend = {"cpu": SC_BACKEND_CPU, "cuda": SC_BACKEND_CUDA, "ref": SC_BACKEND_REF}[backend]
+    return bool(_lib.sc_has_backend(backend))
+
+
+# ---- building one call ----------------------------------------------------------
+if hasattr(torch._C, "_cuda_getCurrentRawStream"):
+    _raw_stream = torch._C._cuda_getCurrentRawStream
+else:  # pragma: no cover - very old torch
+    def _raw_stream(index):
+        return torch.cuda.current_stream(index).cuda_stream
+
+
+class Call:
+    """One sc_conv_args being filled for a call on ``device`` (x's device).
+
+    set_*() write tensor descriptions; run_forward()/run_backward() query the
+    workspace, allocate it through torch (the caching allocator; inside a
+    CUDA-graph capture it comes from the graph's pool) and run.  Errors are
+    raised with ``where`` (the public function's name) in front of the
+    library's message, with argument names translated through ``rename``.
+    """
+
+    __slots__ = ("buf", "base", "device", "where", "rename")
+
+    def __init__(self, where, device, width, state_len, activation, rename=None):
+        self.buf = buf = _Buf.from_buffer_copy(_TEMPLATE)
+        self.base = ctypes.addressof(buf)
+        self.device = device
+        self.where = where
+        self.rename = rename
+        _SCALARS_PACK(buf, _SCALARS_OFF, width, state_len, activation)
+        if device.type == "cuda":
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CUDA, 0, 0, 0, _raw_stream(index))
+        elif device.type == "cpu":
+            _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CPU, torch.get_num_threads(), 0, 0, 0)
+        else:
+            raise ValueError("%s: x is on device %s; shortconv runs on cpu and cuda tensors"
+                             % (where, device))
+
+    def name(self, field):
+        if self.rename:
+            return self.rename.get(field, field)
+        return field
+
+    def set(self, field, t, codes=FLOAT_CODES):
+        """Describe tensor ``t`` (present) in ``field``: its own shape and strides."""
+        if t.device != self.device:
+            raise ValueError("%s: %s is on %s but x is on %s; every tensor must be on x's device"
+                             % (self.where, self.name(field), t.device, self.device))
+        code = codes.get(t.dtype)
+        if code is None:
+            raise TypeError("%s: %s has dtype %s; expected %s" % (
+                self.where, self.name(field), t.dtype,
+                " or ".join(str(d) for d in codes)))
+        nd = t.dim()
+        if nd < 1 or nd > _MAX_DIMS:
+            raise ValueError("%s: %s has %d dims; expected 1 to %d"
+                             % (self.where, self.name(field), nd, _MAX_DIMS))
+        _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), code, nd, *t.shape, *t.stride())
+
+    def set_out(self, field, t, codes=FLOAT_CODES):
+        """Describe an output we allocated ourselves on the right device."""
+        nd = t.dim()
+        _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), codes[t.dtype], nd,
+                         *t.shape, *t.stride())
+
+    def _raise(self, status):
+        msg = ctypes.string_at(self.base + ERR_OFF).decode(errors="replace")
+        if self.rename:
+            for old, new in self.rename.items():
+                msg = msg.replace(old, new)
+        kind = _lib.sc_status_string(status).decode()
+        raise ShortConvError("%s: %s: %s" % (self.where, kind, msg), status)
+
+    def _run(self, query, run):
+        base = self.base
+        status = query(base, base + WS_OFF, base + ERR_OFF)
+        if status:
+            self._raise(status)
+        nbytes = _SIZE_UNPACK(self.buf, WS_OFF)[0]
+        if nbytes:
+            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+            _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, ws.data_ptr(), nbytes)
+        else:
+            ws = None
+        if self.device.type == "cuda" and self.device.index is not None and \
+                self.device.index != torch.cuda.current_device():
+            with torch.cuda.device(self.device):
+                status = run(base, base + ERR_OFF)
+        else:
+            status = run(base, base + ERR_OFF)
+        if status:
+            self._raise(status)
+        # The workspace may be freed now: the caching allocator reuses it only
+        # for work queued later on the same stream.
+        del ws
+
+    def run_forward(self):
+        self._run(_sc_forward_ws, _sc_forward)
+
+    def run_backward(self):
+        self._run(_sc_backward_ws, _sc_backward)

@@ -1,0 +1,299 @@
+"""The three operations over the C ABI, and how autograd / torch.compile see them.
+
+forward_impl / backward_impl / update_impl allocate outputs with torch, describe
+every tensor with its own shape and strides (no .contiguous() copies) and call
+the library on x's device (CUDA: torch's current stream, workspace from torch's
+caching allocator, so CUDA-graph capture works).
+
+On torch >= 2.4 they are registered as custom ops
+    torch.ops.shortconv.causal_conv1d_fwd / causal_conv1d_bwd / causal_conv1d_update
+with fake (meta) implementations and autograd, so torch.compile(fullgraph=True)
+traces them with no graph break.  In eager mode the public functions call the
+same implementations through a torch.autograd.Function instead (the custom-op
+dispatch costs tens of µs of Python per call, which would dominate small
+calls); set SHORTCONV_EAGER_CUSTOM_OP=1 to route eager calls through the custom
+ops too.  On torch < 2.4 (or SHORTCONV_DISABLE_CUSTOM_OP=1) only the
+autograd.Function exists.
+
+Absent outputs cross the custom-op boundary as empty tensors (a schema cannot
+return None); the public functions turn them back into None.
+"""
+
+import os
+
+import torch
+
+from ._lib import ACT_NONE, ACT_SILU, INDEX_CODES, Call
+
+# Argument names of the decode entry point, for the library's messages.
+_CACHE_NAMES = {
+    "initial_state_indices": "cache_indices",
+    "final_state_indices": "cache_indices",
+    "initial_state": "cache",
+    "final_state": "cache",
+}
+
+_ACTIVATIONS = {None: ACT_NONE, "identity": ACT_NONE, "silu": ACT_SILU, "swish": ACT_SILU}
+
+
+def activation_code(activation):
+    try:
+        return _ACTIVATIONS[activation]
+    except (KeyError, TypeError):
+        raise ValueError("activation: expected None, 'silu' or 'swish', got %r" % (activation,))
+
+
+def _num_seqs(x, cu_seqlens):
+    if cu_seqlens is not None:
+        return max(cu_seqlens.shape[0] - 1, 0) if cu_seqlens.dim() == 1 else 0
+    return x.shape[0]
+
+
+def _width(weight):
+    return weight.shape[-1] if weight.dim() > 0 else 1
+
+
+# ---- implementations (eager, real tensors) -------------------------------------
+def forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
+                 output_final_state, where="shortconv.causal_conv1d"):
+    """y [like x, contiguous] and final_state [N, D, S] (None unless requested)."""
+    c = Call(where, x.device, _width(weight), state_len, activation)
+    c.set("x", x)
+    c.set("weight", weight)
+    if bias is not None:
+        c.set("bias", bias)
+    if residual is not None:
+        c.set("residual", residual)
+    if cu_seqlens is not None:
+        c.set("cu_seqlens", cu_seqlens, INDEX_CODES)
+    if initial_state is not None:
+        c.set("initial_state", initial_state)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    c.set_out("y", y)
+    final_state = None
+    if output_final_state:
+        sdtype = initial_state.dtype if initial_state is not None else x.dtype
+        final_state = torch.empty((_num_seqs(x, cu_seqlens), x.shape[-1], state_len),
+                                  dtype=sdtype, device=x.device)
+        c.set_out("final_state", final_state)
+    c.run_forward()
+    return y, final_state
+
+
+def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation,
+                  need_dx, need_dweight, need_dbias, need_dinitial_state,
+                  where="shortconv.causal_conv1d (backward)"):
+    """(dx, dweight, dbias, dinitial_state), each None unless requested."""
+    c = Call(where, x.device, _width(weight), state_len, activation)
+    c.set("x", x)
+    c.set("weight", weight)
+    if bias is not None:
+        c.set("bias", bias)
+    if cu_seqlens is not None:
+        c.set("cu_seqlens", cu_seqlens, INDEX_CODES)
+    if initial_state is not None:
+        c.set("initial_state", initial_state)
+    if dy is not None:
+        c.set("dy", dy)
+    if dht is not None:
+        c.set("dfinal_state", dht)
+    dx = dweight = dbias = dh0 = None
+    if need_dx:
+        dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        c.set_out("dx", dx)
+    if need_dweight:
+        dweight = torch.empty(weight.shape, dtype=weight.dtype, device=x.device)
+        c.set_out("dweight", dweight)
+    if need_dbias and bias is not None:
+        dbias = torch.empty(bias.shape, dtype=bias.dtype, device=x.device)
+        c.set_out("dbias", dbias)
+    if need_dinitial_state:
+        sdtype = (initial_state.dtype if initial_state is not None
+                  else dht.dtype if dht is not None else x.dtype)
+        dh0 = torch.empty((_num_seqs(x, cu_seqlens), x.shape[-1], state_len),
+                          dtype=sdtype, device=x.device)
+        c.set_out("dinitial_state", dh0)
+    if dx is None and dweight is None and dbias is None and dh0 is None:
+        return None, None, None, None
+    c.run_backward()
+    return dx, dweight, dbias, dh0
+
+
+def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
+                where="shortconv.causal_conv1d_update"):
+    """y [like x]; cache (a state [N, D, S] or pool [P, D, S]) updated in place."""
+    c = Call(where, x.device, _width(weight), -1, activation, _CACHE_NAMES)
+    c.set("x", x)
+    c.set("weight", weight)
+    if bias is not None:
+        c.set("bias", bias)
+    if residual is not None:
+        c.set("residual", residual)
+    if cu_seqlens is not None:
+        c.set("cu_seqlens", cu_seqlens, INDEX_CODES)
+    c.set("initial_state", cache)
+    c.set("final_state", cache)
+    if cache_indices is not None:
+        c.set("initial_state_indices", cache_indices, INDEX_CODES)
+        c.set("final_state_indices", cache_indices, INDEX_CODES)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    c.set_out("y", y)
+    c.run_forward()
+    return y
+
+
+# ---- autograd -------------------------------------------------------------------
+# Inputs of the forward, in order: x, weight, bias, residual, initial_state,
+# cu_seqlens, state_len, activation, output_final_state.
+def _backward_grads(ctx, dy, dht):
+    x, weight, bias, initial_state, cu_seqlens = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    if dht is not None and dht.numel() == 0:
+        dht = None  # final_state was not requested (an empty placeholder)
+    return x, weight, bias, initial_state, cu_seqlens, dy, dht, need
+
+
+class CausalConv1dFunction(torch.autograd.Function):
+    """Eager autograd (every torch version): forward_impl / backward_impl."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
+                output_final_state):
+        y, final_state = forward_impl(x, weight, bias, residual, initial_state, cu_seqlens,
+                                      state_len, activation, output_final_state)
+        ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens)
+        ctx.state_len = state_len
+        ctx.activation = activation
+        ctx.has_residual = residual is not None
+        if final_state is not None:
+            return y, final_state
+        return y, None
+
+    @staticmethod
+    def backward(ctx, dy, dht):
+        x, weight, bias, h0, cu, dy, dht, need = _backward_grads(ctx, dy, dht)
+        dx, dw, db, dh0 = backward_impl(
+            x, weight, bias, h0, cu, dy, dht, ctx.state_len, ctx.activation,
+            need[0], need[1], need[2] and bias is not None, need[4] and h0 is not None)
+        dres = dy if ctx.has_residual and need[3] else None
+        if dres is None and ctx.has_residual and need[3]:
+            dres = torch.zeros_like(x)
+        return dx, dw, db, dres, dh0, None, None, None, None
+
+
+# ---- custom ops (torch >= 2.4) -----------------------------------------------------
+HAS_CUSTOM_OPS = (
+    hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+    and hasattr(torch.library, "register_autograd")
+    and os.environ.get("SHORTCONV_DISABLE_CUSTOM_OP", "0") != "1"
+)
+EAGER_CUSTOM_OP = HAS_CUSTOM_OPS and os.environ.get("SHORTCONV_EAGER_CUSTOM_OP", "0") == "1"
+
+if HAS_CUSTOM_OPS:
+    _is_compiling = torch.compiler.is_compiling
+
+    def use_custom_op():
+        """True while torch.compile traces (or when eager calls are routed through the ops)."""
+        return EAGER_CUSTOM_OP or _is_compiling()
+
+    def _empty(x, dtype=None):
+        return torch.empty((0,), dtype=dtype if dtype is not None else x.dtype, device=x.device)
+
+    @torch.library.custom_op(
+        "shortconv::causal_conv1d_fwd", mutates_args=(),
+        schema="(Tensor x, Tensor weight, Tensor? bias, Tensor? residual, Tensor? initial_state, "
+               "Tensor? cu_seqlens, int state_len, int activation, bool output_final_state) "
+               "-> (Tensor, Tensor)")
+    def _fwd_op(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
+                output_final_state):
+        y, ht = forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len,
+                             activation, output_final_state)
+        if ht is None:
+            ht = _empty(x, initial_state.dtype if initial_state is not None else None)
+        return y, ht
+
+    @_fwd_op.register_fake
+    def _fwd_fake(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
+                  output_final_state):
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        sdtype = initial_state.dtype if initial_state is not None else x.dtype
+        if output_final_state:
+            ht = torch.empty((_num_seqs(x, cu_seqlens), x.shape[-1], state_len), dtype=sdtype,
+                             device=x.device)
+        else:
+            ht = _empty(x, sdtype)
+        return y, ht
+
+    @torch.library.custom_op(
+        "shortconv::causal_conv1d_bwd", mutates_args=(),
+        schema="(Tensor x, Tensor weight, Tensor? bias, Tensor? initial_state, Tensor? cu_seqlens, "
+               "Tensor? dy, Tensor? dht, int state_len, int activation, bool need_dx, "
+               "bool need_dweight, bool need_dbias, bool need_dinitial_state) "
+               "-> (Tensor, Tensor, Tensor, Tensor)")
+    def _bwd_op(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation,
+                need_dx, need_dweight, need_dbias, need_dinitial_state):
+        dx, dw, db, dh0 = backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht,
+                                        state_len, activation, need_dx, need_dweight, need_dbias,
+                                        need_dinitial_state)
+        sdtype = initial_state.dtype if initial_state is not None else x.dtype
+        return (dx if dx is not None else _empty(x),
+                dw if dw is not None else _empty(x, weight.dtype),
+                db if db is not None else _empty(x, weight.dtype),
+                dh0 if dh0 is not None else _empty(x, sdtype))
+
+    @_bwd_op.register_fake
+    def _bwd_fake(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation,
+                  need_dx, need_dweight, need_dbias, need_dinitial_state):
+        sdtype = (initial_state.dtype if initial_state is not None
+                  else dht.dtype if dht is not None else x.dtype)
+        dx = torch.empty(x.shape, dtype=x.dtype, device=x.device) if need_dx else _empty(x)
+        dw = (torch.empty(weight.shape, dtype=weight.dtype, device=x.device) if need_dweight
+              else _empty(x, weight.dtype))
+        db = (torch.empty(bias.shape, dtype=bias.dtype, device=x.device)
+              if need_dbias and bias is not None else _empty(x, weight.dtype))
+        if need_dinitial_state:
+            dh0 = torch.empty((_num_seqs(x, cu_seqlens), x.shape[-1], state_len), dtype=sdtype,
+                              device=x.device)
+        else:
+            dh0 = _empty(x, sdtype)
+        return dx, dw, db, dh0
+
+    def _fwd_setup_context(ctx, inputs, output):
+        (x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
+         _output_final_state) = inputs
+        ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens)
+        ctx.state_len = state_len
+        ctx.activation = activation
+        ctx.has_residual = residual is not None
+
+    def _fwd_backward(ctx, dy, dht):
+        x, weight, bias, h0, cu, dy, dht, need = _backward_grads(ctx, dy, dht)
+        want_db = need[2] and bias is not None
+        want_dh0 = need[4] and h0 is not None
+        dx, dw, db, dh0 = torch.ops.shortconv.causal_conv1d_bwd(
+            x, weight, bias, h0, cu, dy, dht, ctx.state_len, ctx.activation,
+            need[0], need[1], want_db, want_dh0)
+        dres = None
+        if ctx.has_residual and need[3]:
+            dres = dy if dy is not None else torch.zeros_like(x)
+        return (dx if need[0] else None, dw if need[1] else None, db if want_db else None,
+                dres, dh0 if want_dh0 else None, None, None, None, None)
+
+    torch.library.register_autograd("shortconv::causal_conv1d_fwd", _fwd_backward,
+                                    setup_context=_fwd_setup_context)
+
+    @torch.library.custom_op(
+        "shortconv::causal_conv1d_update", mutates_args=("cache",),
+        schema="(Tensor x, Tensor(a!) cache, Tensor weight, Tensor? bias, Tensor? residual, "
+               "Tensor? cache_indices, Tensor? cu_seqlens, int activation) -> Tensor")
+    def _update_op(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation):
+        return update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation)
+
+    @_update_op.register_fake
+    def _update_fake(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation):
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+else:
+
+    def use_custom_op():
+        return False

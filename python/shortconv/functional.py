@@ -1,0 +1,159 @@
+"""Public functions: FLA's causal_conv1d and a decode (in-place update) entry point.
+
+Conventions (docs/semantics.md is the law):
+- x is [B, T, D] in any strides (a channel-major view, a slice of a fused qkv
+  projection, ...), [B, T, H, Dh] (flattened to [B, T, H*Dh] like FLA does,
+  a view whenever the strides allow), or a packed batch [1, total, D] /
+  [total, D] with cu_seqlens [N+1].
+- weight is [D, W]; tap W-1 multiplies the current token.
+- states are [N, D, S]; S defaults to W (FLA's convention) or to
+  initial_state's last dim when one is given; state_len=W-1 gives
+  causal-conv1d's [N, D, W-1] states; any S >= W-1 is allowed.
+"""
+
+import torch
+
+from . import _ops
+from ._ops import activation_code
+
+__all__ = ["causal_conv1d", "causal_conv1d_update"]
+
+
+def _flatten_heads(t):
+    # [B, T, H, Dh] -> [B, T, H*Dh]: a view when H's stride is Dh times Dh's.
+    return t.flatten(2) if t.dim() > 3 else t
+
+
+def _needs_grad(*tensors):
+    for t in tensors:
+        if t is not None and t.requires_grad:
+            return True
+    return False
+
+
+def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
+                  output_final_state=False, activation=None, *, cu_seqlens=None, state_len=None,
+                  backend=None, cu_seqlens_cpu=None, chunk_indices=None, seq_idx=None,
+                  cp_context=None, **kwargs):
+    """Short causal depthwise convolution: ``(y, final_state)``.
+
+    y[n, t, d] = act(bias[d] + sum_k weight[d, k] * u_n[S-(W-1)+t+k, d]) + residual[n, t, d]
+    with u_n = initial_state_n ++ x_n (zeros when initial_state is None) and
+    final_state_n = the last S entries of u_n.
+
+    Args:
+        x: [B, T, D] (any strides), [B, T, H, Dh], or packed [1, total, D] / [total, D]
+            with ``cu_seqlens``.
+        weight: [D, W].
+        bias: [D], optional, weight's dtype.
+        residual: like x, optional; added after the activation.
+        initial_state: [N, D, S], optional (zeros when absent).
+        output_final_state: return final_state [N, D, S] (else None).
+        activation: None, 'silu' or 'swish'.
+        cu_seqlens: [N+1] int32/int64 offsets on x's device; x then holds N packed
+            sequences (zero-length ones allowed).
+        state_len: S; default initial_state.shape[-1] if given, else W (FLA).
+            W-1 gives causal-conv1d's states.
+        backend, cu_seqlens_cpu, chunk_indices: accepted for FLA compatibility and
+            ignored (the backend follows x's device).
+
+    Differentiable in x, weight, bias, residual, initial_state, and through
+    final_state.  Every tensor must be on x's device.
+    """
+    if weight is None:
+        raise ValueError("shortconv.causal_conv1d: weight: required ([D, W])")
+    if seq_idx is not None:
+        raise NotImplementedError(
+            "shortconv.causal_conv1d: seq_idx is not supported; describe packed sequences with "
+            "cu_seqlens ([N+1] offsets)")
+    if cp_context is not None:
+        raise NotImplementedError(
+            "shortconv.causal_conv1d: cp_context is not supported; chain chunks by handing "
+            "final_state to the next chunk as initial_state (docs/layouts.md)")
+    if kwargs:
+        raise TypeError("shortconv.causal_conv1d: unexpected keyword argument(s) %s"
+                        % ", ".join(sorted(kwargs)))
+    act = activation_code(activation)
+    shape = x.shape
+    x = _flatten_heads(x)
+    if residual is not None:
+        residual = _flatten_heads(residual)
+    if state_len is None:
+        if initial_state is not None and initial_state.dim() == 3:
+            state_len = initial_state.shape[-1]
+        else:
+            state_len = weight.shape[-1] if weight.dim() > 0 else 1
+    output_final_state = bool(output_final_state)
+
+    if _ops.use_custom_op():
+        y, final_state = torch.ops.shortconv.causal_conv1d_fwd(
+            x, weight, bias, residual, initial_state, cu_seqlens, state_len, act,
+            output_final_state)
+        if not output_final_state:
+            final_state = None
+    elif torch.is_grad_enabled() and _needs_grad(x, weight, bias, residual, initial_state):
+        y, final_state = _ops.CausalConv1dFunction.apply(
+            x, weight, bias, residual, initial_state, cu_seqlens, state_len, act,
+            output_final_state)
+    else:
+        y, final_state = _ops.forward_impl(x, weight, bias, residual, initial_state, cu_seqlens,
+                                           state_len, act, output_final_state)
+    if y.shape != shape:
+        y = y.view(shape)
+    return y, final_state
+
+
+def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activation=None, *,
+                         cache_indices=None, cu_seqlens=None):
+    """Decode step: new tokens for N sequences; ``cache`` updated in place.
+
+    Returns ``(y, cache)`` like FLA's causal_conv1d_update.  Not differentiable
+    (it mutates its state); use causal_conv1d for training.
+
+    Args:
+        x: [N, D] (one token per sequence), [N, T, D] (T tokens each, e.g.
+            speculative tokens), [1, total, D] / [total, D] with cu_seqlens
+            (packed), or any of these with [H, Dh] in place of D.  FLA's [1, N, D]
+            (one token for each of N sequences) is recognised when cache has N
+            rows, no cache_indices and no cu_seqlens are given.
+        cache: [N, D, S] states, or a pool [P, D, S] with cache_indices; any
+            S >= W-1 (FLA: W, causal-conv1d: W-1).  Read, then overwritten in place.
+        weight: [D, W].  bias: [D], optional.  residual: like x, optional.
+        activation: None, 'silu' or 'swish'.
+        cache_indices: [N] int32/int64 pool rows; -1 = padding (zero state read,
+            nothing written).
+        cu_seqlens: [N+1] offsets of a packed x.
+    """
+    if weight is None:
+        raise ValueError("shortconv.causal_conv1d_update: weight: required ([D, W])")
+    if cache is None:
+        raise ValueError("shortconv.causal_conv1d_update: cache: required ([N, D, S] or a pool "
+                         "[P, D, S] with cache_indices)")
+    act = activation_code(activation)
+    shape = x.shape
+    D = weight.shape[0] if weight.dim() > 0 else 0
+    if x.shape[-1] != D:
+        if x.dim() == 4:  # [B, T, H, Dh] -> [B, T, D]
+            x = x.flatten(2)
+            residual = residual.flatten(2) if residual is not None else None
+        elif x.dim() == 3 and x.shape[-2] * x.shape[-1] == D:  # [N, H, Dh] -> [N, D]
+            x = x.flatten(1)
+            residual = residual.flatten(1) if residual is not None else None
+    if x.dim() == 2 and cu_seqlens is None:
+        # [N, D]: one token for each of N sequences -> [N, 1, D] (a view)
+        x = x.unsqueeze(1)
+        if residual is not None:
+            residual = residual.unsqueeze(1)
+    elif (x.dim() == 3 and x.shape[0] == 1 and x.shape[1] > 1 and cu_seqlens is None
+          and cache_indices is None and cache.dim() == 3 and cache.shape[0] == x.shape[1]):
+        # FLA's [1, N, D]: one token for each of N sequences -> [N, 1, D] (a view)
+        x = x.transpose(0, 1)
+        if residual is not None:
+            residual = residual.transpose(0, 1)
+    if _ops.use_custom_op():
+        y = torch.ops.shortconv.causal_conv1d_update(x, cache, weight, bias, residual,
+                                                     cache_indices, cu_seqlens, act)
+    else:
+        with torch.no_grad():
+            y = _ops.update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act)
+    return y.view(shape), cache
