@@ -1,6 +1,171 @@
-// TEMPORARY placeholder: the fast CPU backend replaces this file.
+// CPU backend driver: workspace, phases, threads.
+//
+// One OpenMP team (exec.num_threads, 0 = all) runs, separated by barriers:
+//   0. weights / bias -> A, transposed to [W][Dp]        (parallel over channels)
+//   1. per sequence: the last W-1 initial-state entries -> halo (A), then
+//      forward: the final state; backward: dh0 of zero-length sequences.
+//      Reading h0 completely before writing ht (within the sequence's task)
+//      is what makes the aliased in-place state update correct.
+//   2. the tiles (cpu_kernels.hpp), any thread any tile: each output element
+//      belongs to exactly one tile, so the schedule cannot change results.
+//   3. backward: dweight/dbias = sum of the per-tile partials in chunk order
+//      (parallel over channels), so results do not depend on the threads.
+// The kernels are picked once per call by ISA (SHORTCONV_CPU_ISA=scalar|avx2|
+// avx512 may lower the choice, for testing), dtype, W and activation.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include "core/backend.hpp"
+#include "cpu/cpu_plan.hpp"
+
 namespace shortconv::cpu {
-size_t workspace_bytes(const Problem& p) { return ref::workspace_bytes(p); }
-sc_status run(const Problem& p, sc_error* err) { return ref::run(p, err); }
+
+namespace {
+
+Isa pick_isa() {
+  Isa isa = best_isa();
+  if (const char* e = std::getenv("SHORTCONV_CPU_ISA")) {
+    Isa want = isa;
+    if (!std::strcmp(e, "scalar")) want = Isa::scalar;
+    else if (!std::strcmp(e, "avx2")) want = Isa::avx2;
+    else if (!std::strcmp(e, "avx512")) want = Isa::avx512;
+    isa = std::min(isa, want);  // never above what the machine supports
+  }
+  return isa;
+}
+
+int dtype_slot(sc_dtype dt) {
+  switch (dt) {
+    case SC_F32: return 0;
+    case SC_F16: return 1;
+    case SC_BF16: return 2;
+    default: return 3;
+  }
+}
+
+template <class A>
+void run_impl(const Problem& p, const Plan& pl, char* ws) {
+  const int W = p.W, S = p.S;
+  const int64_t Dp = pl.Dp;
+  Ctx c;
+  c.p = &p;
+  c.plan = &pl;
+  A* wT = reinterpret_cast<A*>(ws + pl.off_w);      // [W][Dp]
+  A* bias = reinterpret_cast<A*>(ws + pl.off_bias);  // [Dp]
+  A* halo = (p.h0 && W > 1) ? reinterpret_cast<A*>(ws + pl.off_halo) : nullptr;  // [N][W-1][Dp]
+  A* part = (p.dir == Dir::bwd && (p.dweight || p.dbias)) ? reinterpret_cast<A*>(ws + pl.off_part)
+                                                          : nullptr;  // [tiles][W+1][tile_d]
+  c.wT = wT;
+  c.bias = bias;
+  c.halo = halo;
+  c.part = part;
+  c.scr = pl.ws_scratch ? ws + pl.off_scr : nullptr;
+
+  const Kernels& K = kernels(pick_isa());
+  const int wclass = W <= 4 ? W : 0;
+  const int silu = p.act == SC_ACT_SILU;
+  const int slot = dtype_slot(p.act_dtype);
+  const TileFn tile_fn = p.dir == Dir::fwd ? K.fwd[slot][silu][wclass] : K.bwd[slot][silu][wclass];
+  const bool run_tiles = p.dir == Dir::fwd ? bool(p.y) : (p.dx || p.dh0 || part);
+
+  const int nt = p.exec.num_threads > 0 ? p.exec.num_threads : omp_get_max_threads();
+  constexpr int64_t kStateBlock = 64;  // channels per phase-1 task
+  const int64_t n_sblocks = (p.D + kStateBlock - 1) / kStateBlock;
+
+#pragma omp parallel num_threads(nt)
+  {
+    // ---- 0: parameters ----
+#pragma omp for schedule(static)
+    for (int64_t d = 0; d < Dp; ++d) {
+      const bool real = d < p.D;
+      for (int k = 0; k < W; ++k)
+        wT[k * Dp + d] = real ? A(load_f64(p.weight.data, p.weight.dtype, p.weight.off(d, k))) : A(0);
+      bias[d] = real && p.bias ? A(load_f64(p.bias.data, p.bias.dtype, p.bias.off(d))) : A(0);
+    }
+
+    // ---- 1: states, per (sequence, channel block) ----
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < p.N * n_sblocks; ++task) {
+      const int64_t n = task / n_sblocks;
+      const int64_t da = (task % n_sblocks) * kStateBlock, db = std::min(da + kStateBlock, p.D);
+      const int64_t r0 = p.h0_row(n), Ln = p.seq_len(n);
+      if (halo) {
+        A* h = halo + n * (W - 1) * Dp;  // [W-1][Dp]
+        for (int i = 0; i < W - 1; ++i)
+          for (int64_t d = da; d < db; ++d)
+            h[i * Dp + d] = r0 >= 0 ? A(load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, S - (W - 1) + i))) : A(0);
+        if (db == p.D)
+          for (int i = 0; i < W - 1; ++i)
+            for (int64_t d = p.D; d < Dp; ++d) h[i * Dp + d] = A(0);
+      }
+      if (p.dir == Dir::fwd) {
+        // ht[j] = u[L+j]; ascending j reads h0[L+j] (>= j) before ht[j] is
+        // written, so ht may be h0's own row.
+        const int64_t r1 = p.ht_row(n);
+        if (r1 >= 0) {
+          const int64_t xb = seq_base(p, p.x, n);
+          for (int64_t d = da; d < db; ++d)
+            for (int j = 0; j < S; ++j) {
+              const int64_t pos = Ln + j;
+              double v = 0.0;
+              if (pos < S)
+                v = r0 >= 0 ? load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, pos)) : 0.0;
+              else
+                v = load_f64(p.x.data, p.x.dtype, xb + (pos - S) * p.x.stride[1] + d * p.x.stride[2]);
+              store_f64(p.ht.data, p.ht.dtype, p.ht.off(r1, d, j), v);
+            }
+        }
+      } else if (p.dh0 && Ln == 0) {  // dh0 = dht for a zero-length sequence
+        for (int64_t d = da; d < db; ++d)
+          for (int j = 0; j < S; ++j)
+            store_f64(p.dh0.data, p.dh0.dtype, p.dh0.off(n, d, j),
+                      p.dht ? load_f64(p.dht.data, p.dht.dtype, p.dht.off(n, d, j)) : 0.0);
+      }
+    }
+
+    // ---- 2: tiles ----
+    if (run_tiles) {
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < pl.n_tiles; ++t) tile_fn(c, t);
+    }
+
+    // ---- 3: dweight / dbias = sum of tile partials in chunk order ----
+    if (p.dir == Dir::bwd && (p.dweight || p.dbias)) {
+#pragma omp for schedule(static)
+      for (int64_t d = 0; d < p.D; ++d) {
+        const int64_t dt = d / pl.tile_d, dd = d - dt * pl.tile_d;
+        for (int k = 0; k <= W; ++k) {
+          if (k < W ? !p.dweight : !p.dbias) continue;
+          A s = 0;
+          for (int64_t ch = 0; ch < pl.n_chunks; ++ch)
+            s += part[((ch * pl.n_dtiles + dt) * (W + 1) + k) * pl.tile_d + dd];
+          if (k < W) store_f64(p.dweight.data, p.dweight.dtype, p.dweight.off(d, k), double(s));
+          else store_f64(p.dbias.data, p.dbias.dtype, p.dbias.off(d), double(s));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+size_t workspace_bytes(const Problem& p) { return make_plan(p).bytes; }
+
+sc_status run(const Problem& p, sc_error* err) {
+  const Plan pl = make_plan(p);
+  if (!p.exec.workspace || p.exec.workspace_bytes < pl.bytes)
+    return fail(err, SC_ERR_WORKSPACE, "exec.workspace: expected at least %zu bytes, got %zu",
+                pl.bytes, p.exec.workspace_bytes);
+  char* ws = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p.exec.workspace) + 63) &
+                                     ~uintptr_t(63));
+  if (p.act_dtype == SC_F64)
+    run_impl<double>(p, pl, ws);
+  else
+    run_impl<float>(p, pl, ws);
+  return SC_OK;
+}
+
 }  // namespace shortconv::cpu

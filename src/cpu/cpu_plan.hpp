@@ -1,0 +1,168 @@
+// CPU backend: the tiling policy, the workspace layout and the per-call context.
+//
+// Work decomposition (identical for forward and backward, and a function of
+// the shapes and forced tiles only -- never of the thread count or the ISA):
+//
+//   * All tokens of the batch are numbered on one "global token axis"
+//     g in [0, total): dense g = b*T + t (total = B*T), packed g = the row of x
+//     (total = cu_seqlens[N]).  The axis is cut into CHUNKS of tile_t tokens.
+//   * Channels are cut into D-TILES of tile_d channels.
+//   * A TILE is (chunk, d-tile).  Inside a tile, the chunk is split at sequence
+//     boundaries into PIECES (n, [tb, te)) -- local token range of sequence n.
+//     A piece reads W-1 tokens of halo before tb (earlier rows of x, or the
+//     initial state when tb < W-1) and, in the backward, W-1 rows after te
+//     (recomputing their dpre): the halo is re-read, never written, so every
+//     output element (y, dx, dh0) is written by exactly one tile.
+//   * Backward weight/bias gradients: each tile writes its own partial sums
+//     ([W+1][tile_d] in the workspace); a final pass adds the partials of all
+//     chunks in chunk order.  The result is bitwise independent of threads.
+//
+// Workspace (all in the accumulation type A = float, or double for f64 x),
+// every block 64-byte aligned:
+//   wT    [W][Dp]          weight transposed, zero padded to Dp channels
+//   bias  [Dp]             bias (zeros when absent)
+//   halo  [N][W-1][Dp]     the last W-1 initial-state entries of each sequence
+//                          (copied before any final state is written: this is
+//                          what makes the in-place state update safe)
+//   part  [tiles][W+1][tile_d]   backward partial dweight (W rows) and dbias
+//   scr   [tiles][5W][16]  per-tile window scratch for generic W > kMaxStackW
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.hpp"
+#include "core/problem.hpp"
+
+namespace shortconv::cpu {
+
+// Storage tags for the 16-bit float types (raw bits).
+struct bf16_t { uint16_t bits; };
+struct f16_t { uint16_t bits; };
+
+struct TilePolicy {
+  // Channel granularity: tiles and the padded channel count are multiples of
+  // this (the widest vector, 16 floats in a 512-bit register).
+  static constexpr int64_t kLane = 16;
+  // Automatic tile_d: 64 channels = 4 AVX-512 vectors.  Narrow enough that a
+  // tile's rows (tile_t x 128 bytes of bf16 per tensor) stay in L2 while each
+  // vector column sweeps the tile's time rows; wide enough to amortise halos.
+  static constexpr int64_t kAutoTileD = 64;
+  // Automatic tile_t: time rows per tile.  Long tiles amortise the W-1 halo
+  // rows (re-read) and keep backward partials small (W+1 floats per channel
+  // per tile); 256 rows still give B*T/256 * D/64 tiles for load balance.
+  static constexpr int64_t kAutoTileT = 256;
+  // Generic-W kernels keep their windows (5 W vectors) on the stack up to this
+  // width (5*64*64 B = 20 KiB); beyond it the windows live in the workspace.
+  static constexpr int kMaxStackW = 64;
+  // Vectors of generic-W scratch per unit of W (weights, x window, dpre
+  // window, dweight accumulators, dpre head for dh0).
+  static constexpr int kScratchPerW = 5;
+};
+static_assert(TilePolicy::kAutoTileD % TilePolicy::kLane == 0, "tile_d must be whole vectors");
+static_assert(TilePolicy::kAutoTileT >= 1, "tile_t must be positive");
+static_assert(TilePolicy::kMaxStackW * TilePolicy::kScratchPerW * 64 <= 32 * 1024,
+              "generic-W stack scratch must stay small (OpenMP worker stacks)");
+
+inline int64_t round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
+inline size_t align64(size_t b) { return (b + 63) & ~size_t(63); }
+
+struct Plan {
+  int64_t tile_t = 0;    // tokens per chunk (forced p.exec.tile_t or automatic)
+  int64_t tile_d = 0;    // channels per d-tile, a multiple of kLane
+  int64_t Dp = 0;        // D rounded up to kLane (padded weight/bias/halo rows)
+  int64_t total = 0;     // tokens on the global axis
+  int64_t n_chunks = 0;  // ceil(total / tile_t)
+  int64_t n_dtiles = 0;  // ceil(D / tile_d)
+  int64_t n_tiles = 0;   // n_chunks * n_dtiles
+  size_t acc = 4;        // bytes of the accumulation type
+  bool ws_scratch = false;       // generic-W windows in the workspace (W > kMaxStackW)
+  int64_t scratch_elems = 0;     // per tile, in A elements (when ws_scratch)
+  size_t off_w = 0, off_bias = 0, off_halo = 0, off_part = 0, off_scr = 0, bytes = 0;
+};
+
+inline Plan make_plan(const Problem& p) {
+  Plan pl;
+  const int W = p.W;
+  pl.acc = p.act_dtype == SC_F64 ? 8 : 4;
+  pl.Dp = round_up(std::max<int64_t>(p.D, 1), TilePolicy::kLane);
+  pl.tile_d = p.exec.tile_d > 0 ? round_up(p.exec.tile_d, TilePolicy::kLane) : TilePolicy::kAutoTileD;
+  pl.tile_d = std::min(pl.tile_d, pl.Dp);
+  pl.tile_t = p.exec.tile_t > 0 ? p.exec.tile_t : TilePolicy::kAutoTileT;
+  pl.total = p.packed ? p.T : p.B * p.T;
+  pl.n_chunks = (pl.total + pl.tile_t - 1) / pl.tile_t;
+  pl.n_dtiles = p.D > 0 ? (p.D + pl.tile_d - 1) / pl.tile_d : 0;
+  pl.n_tiles = pl.n_chunks * pl.n_dtiles;
+  pl.ws_scratch = W > TilePolicy::kMaxStackW;
+  pl.scratch_elems = pl.ws_scratch ? int64_t(TilePolicy::kScratchPerW) * W * TilePolicy::kLane : 0;
+
+  size_t off = 0;
+  pl.off_w = off;
+  off += align64(size_t(W) * size_t(pl.Dp) * pl.acc);
+  pl.off_bias = off;
+  off += align64(size_t(pl.Dp) * pl.acc);
+  pl.off_halo = off;
+  if (p.h0 && W > 1) off += align64(size_t(p.N) * size_t(W - 1) * size_t(pl.Dp) * pl.acc);
+  pl.off_part = off;
+  if (p.dir == Dir::bwd && (p.dweight || p.dbias))
+    off += align64(size_t(pl.n_tiles) * size_t(W + 1) * size_t(pl.tile_d) * pl.acc);
+  pl.off_scr = off;
+  if (pl.ws_scratch) off += align64(size_t(pl.n_tiles) * size_t(pl.scratch_elems) * pl.acc);
+  pl.bytes = off + 64;  // + 64: room to align the caller's pointer
+  return pl;
+}
+
+// The per-call context every tile kernel receives.
+struct Ctx {
+  const Problem* p = nullptr;
+  const Plan* plan = nullptr;
+  const void* wT = nullptr;    // A [W][Dp]
+  const void* bias = nullptr;  // A [Dp]
+  const void* halo = nullptr;  // A [N][W-1][Dp], nullptr: zero initial states
+  void* part = nullptr;        // A [tiles][W+1][tile_d] (backward, when dweight/dbias wanted)
+  void* scr = nullptr;         // A [tiles][scratch_elems] (generic W > kMaxStackW)
+};
+
+// Element offset of token 0 of sequence n in an activation view [B, T, D].
+inline int64_t seq_base(const Problem& p, const View& v, int64_t n) {
+  return p.packed ? load_index(p.cu_seqlens, n) * v.stride[1] : n * v.stride[0];
+}
+
+// Calls f(n, tb, te, L) for each non-empty piece of chunk c, in sequence order.
+template <class F>
+inline void for_each_piece(const Problem& p, const Plan& pl, int64_t c, F&& f) {
+  const int64_t g0 = c * pl.tile_t, g1 = std::min(g0 + pl.tile_t, pl.total);
+  if (!p.packed) {
+    for (int64_t n = g0 / p.T; n < p.N && n * p.T < g1; ++n)
+      f(n, std::max<int64_t>(g0 - n * p.T, 0), std::min<int64_t>(g1 - n * p.T, p.T), p.T);
+    return;
+  }
+  // first sequence whose end is past g0
+  int64_t lo = 0, hi = p.N;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (load_index(p.cu_seqlens, mid + 1) > g0) hi = mid; else lo = mid + 1;
+  }
+  for (int64_t n = lo; n < p.N; ++n) {
+    const int64_t s = load_index(p.cu_seqlens, n), e = load_index(p.cu_seqlens, n + 1);
+    if (s >= g1) break;
+    if (e == s) continue;
+    f(n, std::max(g0, s) - s, std::min(g1, e) - s, e - s);
+  }
+}
+
+// Kernel entry points, one table per ISA (cpu_isa.cpp).  A tile kernel
+// processes tile `tile` = chunk * n_dtiles + d-tile completely.
+using TileFn = void (*)(const Ctx& c, int64_t tile);
+struct Kernels {
+  const char* isa;
+  // [dtype f32=0, f16=1, bf16=2, f64=3][silu][W class: 0 generic, 1..4]
+  TileFn fwd[4][2][5];
+  TileFn bwd[4][2][5];
+};
+enum class Isa { scalar = 0, avx2 = 1, avx512 = 2 };
+const Kernels& kernels(Isa isa);
+Isa best_isa();
+
+}  // namespace shortconv::cpu

@@ -1,0 +1,196 @@
+// CPU backend: vector operations for ONE instruction set.
+//
+// NO include guard on purpose: cpu_isa.cpp includes this file (and
+// cpu_kernels.hpp) once per ISA, each time inside its own namespace and under
+// `#pragma GCC target(...)`, with SC_ISA set to 0 (baseline x86-64: SSE2),
+// 1 (AVX2+FMA+F16C) or 2 (AVX-512 F/BW/DQ/VL).  The library therefore runs on
+// any x86-64 and picks the widest kernels at run time (cpu.cpp).
+//
+// Ops structs: A = accumulation type, V = a vector of L lanes of A (GCC vector
+// extensions: + - * / and ?: work lane-wise), loads/stores that convert from /
+// to the storage type with round-to-nearest-even (bitwise identical to
+// core/dtype.hpp, which the strided and tail paths use lane by lane).
+//
+// exp: Cephes-style range reduction 2^n * exp(r), |r| <= ln2/2, degree-6
+// polynomial: ~1.5 ulp in float, far below the 1e-5 fp32 tolerance.  SiLU's
+// 1/(1+e) uses a reciprocal estimate plus one Newton step on AVX (the division
+// would otherwise bound the forward).
+
+struct OpsF {
+  using A = float;
+#if SC_ISA == 2
+  using V = __m512;
+  static constexpr int L = 16;
+#elif SC_ISA == 1
+  using V = __m256;
+  static constexpr int L = 8;
+#else
+  using V = __m128;
+  static constexpr int L = 4;
+#endif
+  using VI = int32_t __attribute__((vector_size(sizeof(V))));
+  using VU = uint32_t __attribute__((vector_size(sizeof(V))));
+  using VH = uint16_t __attribute__((vector_size(sizeof(V) / 2)));
+
+  static V zero() { return V{}; }
+  static V set1(float a) { return V{} + a; }
+  static V load(const float* p) { V v; std::memcpy(&v, p, sizeof v); return v; }
+  static void store(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+  static V fma(V a, V b, V c) {
+#if SC_ISA == 2
+    return _mm512_fmadd_ps(a, b, c);
+#elif SC_ISA == 1
+    return _mm256_fmadd_ps(a, b, c);
+#else
+    return a * b + c;
+#endif
+  }
+  static V rcp(V d) {  // 1/d, ~1 ulp
+#if SC_ISA == 2
+    V r = _mm512_rcp14_ps(d);
+    return fma(r, fma(-d, r, set1(1.f)), r);
+#elif SC_ISA == 1
+    V r = _mm256_rcp_ps(d);
+    return fma(r, fma(-d, r, set1(1.f)), r);
+#else
+    return set1(1.f) / d;
+#endif
+  }
+  static V clamp(V x, float lo, float hi) {
+    const V l = set1(lo), h = set1(hi);
+    x = x < l ? l : x;
+    return x > h ? h : x;
+  }
+  static V exp(V x) {
+    x = clamp(x, -87.0f, 88.0f);  // keeps 2^n a normal float, n in [-126, 127]
+    const V magic = set1(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+    const V n = fma(x, set1(1.44269504088896341f), magic) - magic;
+    V r = fma(n, set1(-0.693359375f), x);
+    r = fma(n, set1(2.12194440e-4f), r);
+    V q = set1(1.9875691500e-4f);
+    q = fma(q, r, set1(1.3981999507e-3f));
+    q = fma(q, r, set1(8.3334519073e-3f));
+    q = fma(q, r, set1(4.1665795894e-2f));
+    q = fma(q, r, set1(1.6666665459e-1f));
+    q = fma(q, r, set1(5.0000001201e-1f));
+    q = fma(q * r, r, r) + set1(1.f);
+    const VI e = (__builtin_convertvector(n, VI) + 127) << 23;
+    return q * (V)e;
+  }
+
+  // ---- storage conversions: contiguous full vectors ------------------------
+  static V load_x(const float* p) { return load(p); }
+  static V load_x(const bf16_t* p) {
+    VH h;
+    std::memcpy(&h, p, sizeof h);
+    return (V)(__builtin_convertvector(h, VU) << 16);
+  }
+  static V load_x(const f16_t* p) {
+#if SC_ISA == 2
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+#elif SC_ISA == 1
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#else
+    float t[L];
+    for (int i = 0; i < L; ++i) t[i] = f16_to_f32(p[i].bits);
+    return load(t);
+#endif
+  }
+  static void store_x(float* p, V v) { store(p, v); }
+  static void store_x(bf16_t* p, V v) {
+    const VU u = (VU)v;
+    VU r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    r = (u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : r;  // quiet NaN
+    const VH h = __builtin_convertvector(r, VH);
+    std::memcpy(p, &h, sizeof h);
+  }
+  static void store_x(f16_t* p, V v) {
+#if SC_ISA == 2
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#elif SC_ISA == 1
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#else
+    float t[L];
+    store(t, v);
+    for (int i = 0; i < L; ++i) p[i].bits = f32_to_f16(t[i]);
+#endif
+  }
+};
+
+// fp64 accumulation for f64 activations (the gradcheck path): exact libm exp.
+struct OpsD {
+  using A = double;
+  using V = double __attribute__((vector_size(16)));
+  static constexpr int L = 2;
+  static V zero() { return V{}; }
+  static V set1(double a) { return V{} + a; }
+  static V load(const double* p) { V v; std::memcpy(&v, p, sizeof v); return v; }
+  static void store(double* p, V v) { std::memcpy(p, &v, sizeof v); }
+  static V fma(V a, V b, V c) { return a * b + c; }
+  static V rcp(V d) { return set1(1.0) / d; }
+  static V exp(V x) {
+    for (int i = 0; i < L; ++i) x[i] = std::exp(x[i]);
+    return x;
+  }
+  static V load_x(const double* p) { return load(p); }
+  static void store_x(double* p, V v) { store(p, v); }
+};
+
+// ---- scalar conversions (strided / tail lanes), identical rounding ---------
+inline float to_acc(float v) { return v; }
+inline double to_acc(double v) { return v; }
+inline float to_acc(bf16_t v) { return bf16_to_f32(v.bits); }
+inline float to_acc(f16_t v) { return f16_to_f32(v.bits); }
+inline void from_acc(float* p, float v) { *p = v; }
+inline void from_acc(double* p, double v) { *p = v; }
+inline void from_acc(bf16_t* p, float v) { p->bits = f32_to_bf16(v); }
+inline void from_acc(f16_t* p, float v) { p->bits = f32_to_f16(v); }
+
+// L lanes of an activation row starting at p with channel stride sd; only the
+// first n lanes are real (the rest read as 0).
+template <class O, class XT>
+inline typename O::V load_lanes(const XT* p, int64_t sd, int n) {
+  if (sd == 1 && n == O::L) return O::load_x(p);
+  typename O::A t[O::L] = {};
+  for (int i = 0; i < n; ++i) t[i] = to_acc(p[i * sd]);
+  return O::load(t);
+}
+
+template <class O, class XT>
+inline void store_lanes(XT* p, int64_t sd, int n, typename O::V v) {
+  if (sd == 1 && n == O::L) return O::store_x(p, v);
+  typename O::A t[O::L];
+  O::store(t, v);
+  for (int i = 0; i < n; ++i) from_acc(p + i * sd, t[i]);
+}
+
+// L lanes of a state tensor (any dtype, any strides): element (row, d+i, j).
+template <class O>
+inline typename O::V load_state_lanes(const View& v, int64_t row, int64_t d, int64_t j, int n) {
+  typename O::A t[O::L] = {};
+  for (int i = 0; i < n; ++i) t[i] = typename O::A(load_f64(v.data, v.dtype, v.off(row, d + i, j)));
+  return O::load(t);
+}
+
+template <class O>
+inline void store_state_lanes(const View& v, int64_t row, int64_t d, int64_t j, int n,
+                              typename O::V x) {
+  typename O::A t[O::L];
+  O::store(t, x);
+  for (int i = 0; i < n; ++i) store_f64(v.data, v.dtype, v.off(row, d + i, j), double(t[i]));
+}
+
+// silu(z) = z * sigmoid(z); its derivative sigmoid(z) * (1 + z * (1 - sigmoid(z))).
+template <class O>
+inline typename O::V sigmoid(typename O::V z) {
+  return O::rcp(O::set1(1) + O::exp(-z));
+}
+template <class O>
+inline typename O::V silu(typename O::V z) { return z * sigmoid<O>(z); }
+template <class O>
+inline typename O::V silu_grad(typename O::V z) {
+  const typename O::V s = sigmoid<O>(z);
+  return s * O::fma(z, O::set1(1) - s, O::set1(1));
+}
