@@ -363,7 +363,7 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
 
   // ---- states --------------------------------------------------------------
   auto check_state = [&](const char* name, const sc_tensor& t, const char* idx_name,
-                         const sc_tensor* idx) -> bool {
+                         const sc_tensor* idx, bool output) -> bool {
     if (!present(t)) {
       if (idx && present(*idx))
         return c.bad(SC_ERR_INVALID_ARGUMENT, "%s: given but %s is absent", idx_name, name);
@@ -388,6 +388,21 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
                          "%s[%lld]: pool row index out of range: expected -1 <= index < P = %lld, "
                          "got %lld", idx_name, (long long)n, (long long)t.shape[0], (long long)r);
         }
+        // An output pool row named by two sequences would be written twice
+        // (order-dependent result): "no element written twice" (section 7).
+        if (output && t.shape[1] > 0 && t.shape[2] > 0) {  // empty rows: nothing written
+          std::vector<std::pair<int64_t, int64_t>> rows;  // (row, n) for rows >= 0
+          for (int64_t n = 0; n < N; ++n)
+            if (int64_t r = load_index(iv, n); r >= 0) rows.push_back({r, n});
+          std::sort(rows.begin(), rows.end());
+          for (size_t i = 1; i < rows.size(); ++i)
+            if (rows[i].first == rows[i - 1].first)
+              return c.bad(SC_ERR_INVALID_ARGUMENT,
+                           "%s[%lld]: pool row %lld is also written by sequence %lld; an output "
+                           "row may be named by one sequence only (or -1)",
+                           idx_name, (long long)rows[i].second, (long long)rows[i].first,
+                           (long long)rows[i - 1].second);
+        }
       }
       return true;
     }
@@ -396,13 +411,13 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
                                                          : "= [N, D, S]");
   };
   if (!check_state("initial_state", a->initial_state, "initial_state_indices",
-                   &a->initial_state_indices))
+                   &a->initial_state_indices, false))
     return c.status;
   if (fwd && !check_state("final_state", a->final_state, "final_state_indices",
-                          &a->final_state_indices))
+                          &a->final_state_indices, true))
     return c.status;
-  if (!fwd && (!check_state("dfinal_state", a->dfinal_state, nullptr, nullptr) ||
-               !check_state("dinitial_state", a->dinitial_state, nullptr, nullptr)))
+  if (!fwd && (!check_state("dfinal_state", a->dfinal_state, nullptr, nullptr, false) ||
+               !check_state("dinitial_state", a->dinitial_state, nullptr, nullptr, true)))
     return c.status;
 
   // ---- activation-like tensors ---------------------------------------------
