@@ -16,6 +16,8 @@ __all__ = ["causal_conv1d_ref"]
 def _conv(u, weight, bias, activation, W, S):
     # u: [N, D, S+L] = h0 ++ x channel-major; only the last W-1 state entries feed outputs.
     D = weight.shape[0]
+    if u.shape[2] == S:  # zero-length sequence: no outputs (conv1d rejects it)
+        return u.new_zeros(u.shape[0], D, 0)
     pre = F.conv1d(u[:, :, S - (W - 1):], weight.unsqueeze(1), bias, groups=D)  # [N, D, L]
     if activation in ("silu", "swish"):
         pre = F.silu(pre)

@@ -1,0 +1,65 @@
+"""Shared helpers for the Python tests: tolerances, random problems, comparisons."""
+import torch
+
+# ||out - ref|| / ||ref|| limits of the working agreement (notes/HELPERS.md).
+TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+HAS_CUDA = torch.cuda.is_available()
+TORCH_VERSION = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+
+
+def rel(out, ref):
+    """||out - ref|| / ||ref|| in float64 (0 when both are zero)."""
+    out = out.detach().double().cpu()
+    ref = ref.detach().double().cpu()
+    den = ref.norm().item()
+    num = (out - ref).norm().item()
+    return num / den if den > 0 else num
+
+
+def assert_close(out, ref, dtype=None, what=""):
+    tol = TOL[dtype if dtype is not None else ref.dtype]
+    assert out.shape == ref.shape, "%s: shape %s vs %s" % (what, tuple(out.shape), tuple(ref.shape))
+    err = rel(out, ref)
+    assert err <= tol, "%s: relative error %.3g > %.1g" % (what, err, tol)
+
+
+def lengths_to_cu(lengths, dtype=torch.int32, device="cpu"):
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    return torch.tensor(cu, dtype=dtype, device=device)
+
+
+def make_problem(B=2, T=7, D=5, W=4, S=None, dtype=torch.float64, lengths=None, bias=True,
+                 residual=False, h0=True, device="cpu", param_dtype=None, state_dtype=None,
+                 seed=0, requires_grad=False):
+    """Random inputs.  lengths: packed batch of those sequence lengths (x [1, total, D])."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, dt=dtype):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).to(dt).to(device)
+
+    S = W if S is None else S
+    if lengths is not None:
+        N, total = len(lengths), sum(lengths)
+        x = rnd(1, total, D)
+        cu = lengths_to_cu(lengths, device=device)
+    else:
+        N = B
+        x = rnd(B, T, D)
+        cu = None
+    p = dict(
+        x=x,
+        weight=rnd(D, W, dt=param_dtype or dtype),
+        bias=rnd(D, dt=param_dtype or dtype) if bias else None,
+        residual=rnd(*x.shape) if residual else None,
+        initial_state=rnd(N, D, S, dt=state_dtype or dtype) if h0 else None,
+        cu_seqlens=cu,
+        state_len=S,
+    )
+    if requires_grad:
+        for k in ("x", "weight", "bias", "residual", "initial_state"):
+            if p[k] is not None:
+                p[k].requires_grad_(True)
+    return p

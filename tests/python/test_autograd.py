@@ -1,0 +1,124 @@
+"""Autograd: gradcheck in float64, gradients vs the reference, chunked vs whole."""
+import random
+
+import pytest
+import torch
+
+import shortconv
+from shortconv.reference import causal_conv1d_ref
+
+from helpers import TOL, assert_close, make_problem, rel
+
+
+def _configs():
+    rng = random.Random(1234)
+    out = []
+    for i in range(6):
+        W = rng.choice([1, 2, 3, 4])
+        out.append(dict(
+            W=W, S=W + rng.choice([-1, 0, 2]) if W > 1 else W + rng.choice([0, 2]),
+            lengths=rng.choice([None, [3, 0, 2, 5], [1, 4]]),
+            bias=rng.random() < 0.7, residual=rng.random() < 0.5, h0=rng.random() < 0.8,
+            activation=rng.choice([None, "silu"]), seed=i))
+    # always covered: S in {W-1, W, W+2}, packed, dht
+    out.append(dict(W=4, S=3, lengths=[2, 5, 0], bias=True, residual=True, h0=True,
+                    activation="silu", seed=100))
+    out.append(dict(W=3, S=3, lengths=None, bias=True, residual=False, h0=True,
+                    activation="silu", seed=101))
+    out.append(dict(W=3, S=5, lengths=[1, 6], bias=False, residual=True, h0=True,
+                    activation=None, seed=102))
+    return out
+
+
+@pytest.mark.parametrize("cfg", _configs(), ids=lambda c: "W%d-S%d-%s-%s" % (
+    c["W"], c["S"], "packed" if c["lengths"] else "dense", c["activation"]))
+def test_gradcheck(cfg):
+    p = make_problem(B=2, T=4, D=3, W=cfg["W"], S=cfg["S"], lengths=cfg["lengths"],
+                     bias=cfg["bias"], residual=cfg["residual"], h0=cfg["h0"], seed=cfg["seed"],
+                     requires_grad=True)
+    names = [k for k in ("x", "weight", "bias", "residual", "initial_state") if p[k] is not None]
+
+    def fn(*tensors):
+        kw = dict(zip(names, tensors))
+        y, ht = shortconv.causal_conv1d(
+            kw["x"], kw["weight"], kw.get("bias"), kw.get("residual"), kw.get("initial_state"),
+            True, cfg["activation"], cu_seqlens=p["cu_seqlens"], state_len=p["state_len"])
+        return y, ht  # the final_state output makes gradcheck feed dht too
+
+    assert torch.autograd.gradcheck(fn, [p[k] for k in names], eps=1e-6, atol=1e-9, rtol=1e-7)
+
+
+def test_gradcheck_without_final_state():
+    p = make_problem(B=2, T=5, D=3, W=3, seed=7, requires_grad=True)
+
+    def fn(x, w, b, h0):
+        return shortconv.causal_conv1d(x, w, b, initial_state=h0, activation="silu")[0]
+
+    assert torch.autograd.gradcheck(fn, [p["x"], p["weight"], p["bias"], p["initial_state"]])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("packed", [False, True])
+def test_gradients_match_reference(dtype, packed):
+    lengths = [3, 0, 6, 1] if packed else None
+    p = make_problem(B=3, T=6, D=5, W=4, S=4, lengths=lengths, residual=True, dtype=dtype,
+                     seed=20, requires_grad=True)
+    names = ["x", "weight", "bias", "residual", "initial_state"]
+    y, ht = shortconv.causal_conv1d(*[p[k] for k in names], True, "silu",
+                                    cu_seqlens=p["cu_seqlens"])
+    g = torch.Generator().manual_seed(21)
+    dy = torch.randn(y.shape, generator=g, dtype=torch.float64)
+    dht = torch.randn(ht.shape, generator=g, dtype=torch.float64)
+    grads = torch.autograd.grad([y, ht], [p[k] for k in names], [dy.to(dtype), dht.to(dtype)])
+
+    ref_in = [p[k].detach().double().requires_grad_() for k in names]
+    yr, htr = causal_conv1d_ref(*ref_in, True, "silu", cu_seqlens=p["cu_seqlens"])
+    ref_grads = torch.autograd.grad([yr, htr], ref_in, [dy.to(dtype).double(), dht.to(dtype).double()])
+    for name, a, b in zip(names, grads, ref_grads):
+        assert a.dtype == p[name].dtype and a.shape == p[name].shape
+        # bf16: dweight/dbias are sums over B*T terms rounded once to bf16 at the end
+        assert_close(a, b, dtype, what="d" + name)
+
+
+def test_only_requested_gradients():
+    p = make_problem(B=2, T=4, D=3, W=3, seed=22)
+    w = p["weight"].clone().requires_grad_()
+    y, _ = shortconv.causal_conv1d(p["x"], w, p["bias"], initial_state=p["initial_state"],
+                                   activation="silu")
+    (dw,) = torch.autograd.grad(y.sum(), [w])
+    wr = p["weight"].clone().requires_grad_()
+    yr, _ = causal_conv1d_ref(p["x"], wr, p["bias"], initial_state=p["initial_state"],
+                              activation="silu")
+    (dwr,) = torch.autograd.grad(yr.sum(), [wr])
+    assert_close(dw, dwr)
+
+
+def _chunked(x, w, b, h0, bounds, activation):
+    ys, state = [], h0
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        y, state = shortconv.causal_conv1d(x[:, lo:hi], w, b, initial_state=state,
+                                           output_final_state=True, activation=activation)
+        ys.append(y)
+    return torch.cat(ys, dim=1), state
+
+
+@pytest.mark.parametrize("S_extra", [-1, 0, 2])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_whole_vs_chunked(S_extra, dtype):
+    W, T = 4, 11
+    p = make_problem(B=2, T=T, D=4, W=W, S=W + S_extra, dtype=dtype, seed=30, requires_grad=True)
+    x, w, b, h0 = p["x"], p["weight"], p["bias"], p["initial_state"]
+    y, ht = shortconv.causal_conv1d(x, w, b, initial_state=h0, output_final_state=True,
+                                    activation="silu")
+    bounds = [0, 1, 2, 5, 5, 9, 11]  # chunks shorter than S, an empty chunk, longer ones
+    yc, htc = _chunked(x, w, b, h0, bounds, "silu")
+    assert torch.equal(y, yc), "forward must be bit-identical when chunked"
+    assert torch.equal(ht, htc)
+    g = torch.Generator().manual_seed(31)
+    dy = torch.randn(y.shape, generator=g, dtype=torch.float64).to(dtype)
+    dht = torch.randn(ht.shape, generator=g, dtype=torch.float64).to(dtype)
+    whole = torch.autograd.grad([y, ht], [x, w, b, h0], [dy, dht])
+    chunk = torch.autograd.grad([yc, htc], [x, w, b, h0], [dy, dht])
+    for name, a, c in zip(["x", "weight", "bias", "initial_state"], whole, chunk):
+        # dx and dh0 see the same terms; dweight/dbias sum per chunk, so the order differs
+        assert rel(a, c) <= TOL[dtype], name
