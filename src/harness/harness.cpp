@@ -100,12 +100,12 @@ int64_t Case::xt() const {
 
 int64_t Case::h0_row(int64_t n) const {
   if (!h0) return -1;
-  return pool > 0 && !h0_index.empty() ? h0_index[size_t(n)] : n;
+  return pool > 0 ? h0_index[size_t(n)] : n;
 }
 
 int64_t Case::ht_row(int64_t n) const {
   if (!ht) return -1;
-  return pool > 0 && !ht_index.empty() ? ht_index[size_t(n)] : n;
+  return pool > 0 ? ht_index[size_t(n)] : n;
 }
 
 std::string Case::describe() const {
@@ -344,7 +344,8 @@ Prepared::Prepared(const Case& c, const Inputs* in, sc_backend backend)
       const uint64_t s = ++pattern_seed * 0x9e3779b97f4a7c15ull;
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < n; ++i) {
-        uint64_t h = (uint64_t(i) + s) * 0xbf58476d1ce4e5b9ull;
+        // hashed from the storage offset: broadcast elements get one value
+        uint64_t h = (uint64_t(t->offset(i)) + s) * 0xbf58476d1ce4e5b9ull;
         h ^= h >> 31;
         const double m = 0.25 + 0.75 * double(h & 1023) / 1023.0;
         put_value(img.data(), t->dtype, t->offset(i), (h >> 11) & 1 ? m : -m);
@@ -382,7 +383,7 @@ Prepared::Prepared(const Case& c, const Inputs* in, sc_backend backend)
   if (c.h0) {
     h0_ = add(state_tensor("initial_state", c.in_place, rows, c.state_transposed));
     fill(h0_, in ? &in->h0 : nullptr, c.in_place);
-    if (c.pool > 0 && !c.h0_index.empty()) {
+    if (c.pool > 0) {
       h0i_ = add(index_tensor("initial_state_indices", N));
       fill_index(h0i_, c.h0_index);
     }
@@ -393,7 +394,10 @@ Prepared::Prepared(const Case& c, const Inputs* in, sc_backend backend)
   }
   if (c.dy) {
     dy_ = add(act_tensor("dy", false, c.dy_broadcast));
-    fill(dy_, in ? &in->dy : nullptr, false);
+    std::vector<double> dy;  // a broadcast dy ([D] values) expanded to its logical shape
+    if (in && c.dy_broadcast && int64_t(in->dy.size()) == D)
+      for (int64_t i = 0; i < B * T * D; ++i) dy.push_back(in->dy[size_t(i % D)]);
+    fill(dy_, in ? (c.dy_broadcast ? &dy : &in->dy) : nullptr, false);
   }
   if (c.dht) {
     dht_ = add(state_tensor("dfinal_state", false, N, false));
@@ -408,7 +412,7 @@ Prepared::Prepared(const Case& c, const Inputs* in, sc_backend backend)
     } else {
       ht_ = add(state_tensor("final_state", true, rows, c.state_transposed));
     }
-    if (c.pool > 0 && !c.ht_index.empty()) {
+    if (c.pool > 0) {
       hti_ = add(index_tensor("final_state_indices", N));
       fill_index(hti_, c.ht_index);
     }

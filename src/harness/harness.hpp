@@ -58,7 +58,7 @@ struct Case {
   bool h0 = false;        // initial_state given
   bool ht = false;        // final_state requested
   int64_t pool = 0;       // > 0: h0/ht are a pool [pool, D, S] addressed by the indices below
-  std::vector<int64_t> h0_index, ht_index;  // [N], -1 allowed (pool only; empty = identity)
+  std::vector<int64_t> h0_index, ht_index;  // [N] rows, -1 allowed (required when pool > 0)
   bool in_place = false;  // final_state is exactly initial_state (needs h0 && ht)
   bool state_transposed = false;  // h0/ht stored [rows, S, D]: strides {D*S, 1, D}
   bool dht = false;       // dfinal_state given to the backward
