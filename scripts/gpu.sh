@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build for sm_90, run the GPU tests, the
+# compute-sanitizer subset (memcheck + racecheck), `shortconv check --backend
+# cuda` and `shortconv bench --backend cuda --json`, then print a short table.
+#
+#   scripts/gpu.sh [build-dir]        (default /tmp/sc-gpu; logs under $OUT or ./gpu-logs)
+#
+# Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 skip a stage;
+# GPU_BENCH_ARGS adds options to the bench (e.g. "--shape 8x4096x4096").
+# Every stage runs even when an earlier one fails; the exit status is the
+# number of failed stages.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+B=${1:-/tmp/sc-gpu}
+LOG=${OUT:-$ROOT/gpu-logs}
+mkdir -p "$LOG"
+JOBS=$(nproc 2>/dev/null || echo 8)
+declare -A STATUS
+FAILED=0
+stage() {  # stage NAME CMD...: run, log to $LOG/NAME.log, record pass/fail and seconds
+  local name=$1; shift
+  local t0=$(date +%s)
+  echo "=== $name: $*"
+  if "$@" >"$LOG/$name.log" 2>&1; then STATUS[$name]="ok"; else STATUS[$name]="FAIL($?)"; FAILED=$((FAILED+1)); fi
+  STATUS[$name]="${STATUS[$name]} $(( $(date +%s) - t0 ))s"
+  tail -n 5 "$LOG/$name.log"
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv >"$LOG/gpu.txt" 2>&1
+cat "$LOG/gpu.txt"
+
+stage build bash -c "cmake -S '$ROOT' -B '$B' -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DSHORTCONV_CUDA=ON -DSHORTCONV_BUILD_TESTS=ON \
+  && cmake --build '$B' -j$JOBS --target shortconv shortconv_tests shortconv_cli 2>&1 \
+  || cmake --build '$B' -j$JOBS"
+TESTS=$B/bin/shortconv_tests
+CLI=$B/bin/shortconv
+[ -x "$CLI" ] || CLI=$(find "$B" -maxdepth 2 -type f -name shortconv -perm -u+x | head -1)
+
+GPU_FILTER='Cuda.*:*/cuda'
+SAN_FILTER='Cuda.PackedVector:Cuda.InPlaceDecode:Cuda.GeneralPathWide:Cuda.ChannelMajor:Cuda.StridedViews'
+if [ "${GPU_SKIP_TESTS:-0}" != 1 ]; then
+  stage tests "$TESTS" --gtest_filter="$GPU_FILTER" --gtest_brief=1
+fi
+if [ "${GPU_SKIP_SAN:-0}" != 1 ]; then
+  stage memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" --gtest_filter="$SAN_FILTER" --gtest_brief=1
+  stage racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$TESTS" --gtest_filter='Cuda.PackedVector:Cuda.ChannelMajor' --gtest_brief=1
+fi
+if [ "${GPU_SKIP_CHECK:-0}" != 1 ]; then
+  stage check "$CLI" check --backend cuda
+fi
+stage bench bash -c "'$CLI' bench --backend cuda --json ${GPU_BENCH_ARGS:-} > '$LOG/bench.json'"
+
+echo
+echo "==== summary ($(date -u +%FT%TZ), $(head -2 "$LOG/gpu.txt" | tail -1))"
+for s in build tests memcheck racecheck check bench; do
+  [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
+done
+grep -hE '^\[  FAILED  \]|Failure|rel err' "$LOG/tests.log" 2>/dev/null | head -20
+grep -hE 'ERROR SUMMARY|Race reports|RACECHECK SUMMARY' "$LOG/memcheck.log" "$LOG/racecheck.log" 2>/dev/null
+if [ -s "$LOG/bench.json" ]; then
+  python3 - "$LOG/bench.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+bw = d.get("copy_GBps", 0)
+print(f"copy bandwidth {bw:.0f} GB/s")
+print(f"{'shape':34} {'dt':5} {'layout':13} {'W':>2} {'fwd us':>9} {'frac':>5} {'f+b us':>9} {'frac':>5}")
+for r in d.get("results", []):
+    xb = r.get("x_bytes", 0)
+    f, fb = r.get("fwd_us", 0), r.get("fwdbwd_us", 0)
+    ff = (2 * xb / (bw * 1e3)) / f if f and bw else 0
+    fbf = (5 * xb / (bw * 1e3)) / fb if fb and bw else 0
+    print(f"{r.get('shape','')[:34]:34} {r.get('dtype',''):5} {r.get('layout','')[:13]:13} {r.get('W',0):>2} "
+          f"{f:9.1f} {ff:5.2f} {fb:9.1f} {fbf:5.2f} {r.get('error','')}")
+EOF
+fi
+exit $FAILED

@@ -1,0 +1,572 @@
+// CUDA backward kernels.
+//
+// Math (docs/semantics.md §2), per sequence n, channel d, off = S-(W-1):
+//   dpre[t] = dy[t] * act'(pre[t])                         (pre recomputed from x and h0)
+//   du[p]   = sum_{t,k: off+t+k=p} weight[k] * dpre[t]  +  (p >= L ? dht[p-L] : 0)
+//   dx[t]   = du[S+t],  dh0[j] = du[j]
+//   dweight[k] = sum_n sum_t dpre[t] * u[off+t+k],  dbias = sum_n sum_t dpre[t]
+//
+// Ownership (every output element has exactly one writer; no atomics):
+// - bwd_tm<T, WMAX, CH>: token-major.  A thread owns CH channels and a tile of
+//   tokens [t, e) of dx.  It streams t' from t to e+W-2 (clipped at its
+//   sequence's end; a (W-1)-token look-behind for pre and a (W-1)-token
+//   look-ahead for dpre), computing pre, dpre in registers; dx[t'-(W-1)] is a
+//   gather over the last W dpre values.  dweight/dbias partials come from the
+//   dpre of its own tokens only, summed over the block's ty tiles in shared
+//   memory in a fixed order, one partial row per block in the workspace.
+// - bwd_cm<T, WMAX>: channel-major (stride_t == 1, dense).  A warp owns a
+//   (batch, channel) row and a tile of tokens, a lane VEC consecutive tokens
+//   plus (W-1)-token halos each side re-read as scalars (L1 hits); partials
+//   reduced over the warp by a fixed xor butterfly, one row per warp tile.
+// - dpre_general / bwd_general<A>: W > 16 or nothing else fits: dpre to the
+//   workspace, then a per-(channel, tile) gather; one partial row per tile.
+// - state_bwd<A>: one thread per (sequence, channel) writes dh0_n[0..S),
+//   recomputing dpre for the first W-1 tokens (zero-length sequences included).
+// - reduce_parts<A>: one thread per (channel, tap) sums the partial rows in
+//   index order and rounds once into dweight / dbias: deterministic.
+#include "cuda/common.cuh"
+#include "cuda/plan.hpp"
+
+namespace shortconv::cuda {
+
+namespace {
+
+template <class T, int CH>
+struct alignas(sizeof(T) * CH) Pack {
+  T v[CH];
+};
+
+template <class T, int CH>
+__device__ __forceinline__ Pack<T, CH> ldv(const DTensor& x, int64_t b, int64_t t, int64_t d0) {
+  const T* p = static_cast<const T*>(x.p) + b * x.s0 + t * x.s1 + d0 * x.s2;
+  if constexpr (CH == 1) {
+    return Pack<T, 1>{{p[0]}};
+  } else {
+    return *reinterpret_cast<const Pack<T, CH>*>(p);
+  }
+}
+template <class T, int CH>
+__device__ __forceinline__ void stv(const DTensor& y, int64_t b, int64_t t, int64_t d0,
+                                    const Pack<T, CH>& v) {
+  T* p = static_cast<T*>(y.p) + b * y.s0 + t * y.s1 + d0 * y.s2;
+  if constexpr (CH == 1) {
+    p[0] = v.v[0];
+  } else {
+    *reinterpret_cast<Pack<T, CH>*>(p) = v;
+  }
+}
+
+constexpr int kUnroll = 4;  // t' steps whose loads are issued together
+
+// part[(row * D + d) * (W+1) + k]: k < W dweight partial, k == W dbias partial.
+template <class A>
+__device__ __forceinline__ A* part_at(const Args& a, int64_t row, int64_t d) {
+  return static_cast<A*>(a.part) + (row * a.D + d) * (a.W + 1);
+}
+
+template <class T, int WMAX, int CH>
+struct TmBwd {
+  using A = acc_t<T>;
+  static constexpr int H = WMAX - 1;
+
+  const Args& a;
+  int64_t d0;
+  bool want_dx, want_dw;
+  A w[WMAX][CH];    // w[k] = weight[k], zero for k >= W (dx gather)
+  A wr[WMAX][CH];   // wr[j] = weight[W-1-j] (tap on u(t'-j) for pre)
+  A bs[CH];
+  A hist[H][CH];    // hist[i] = u(t'-1-i)
+  A dh[WMAX][CH];   // dh[k] = dpre(t'-k) once t' is pushed
+  A dwr[WMAX][CH];  // dweight[W-1-j] partial
+  A db[CH];
+
+  // One t' step.  in_seq: t' is a token of the sequence (else dpre = 0).
+  __device__ void step(bool in_seq, const Pack<T, CH>& xv, const Pack<T, CH>& gv, const Seq& q,
+                       int64_t n, int64_t tp, int64_t t, int64_t e) {
+    const bool own = tp < e;  // dpre(t') belongs to this tile's partials
+    const int64_t tout = tp - (a.W - 1);
+    Pack<T, CH> out;
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      A cur = A(0), dp = A(0);
+      if (in_seq) {
+        cur = to_f(xv.v[c]);
+        A pre = fma(wr[0][c], cur, bs[c]);
+#pragma unroll
+        for (int j = 1; j < WMAX; ++j)
+          if (j < a.W) pre = fma(wr[j][c], hist[j - 1][c], pre);
+        dp = to_f(gv.v[c]) * act_grad(a.act, pre);
+      }
+      if (want_dw && own) {
+        db[c] += dp;
+        dwr[0][c] = fma(dp, cur, dwr[0][c]);
+#pragma unroll
+        for (int j = 1; j < WMAX; ++j)
+          if (j < a.W) dwr[j][c] = fma(dp, hist[j - 1][c], dwr[j][c]);
+      }
+#pragma unroll
+      for (int i = H - 1; i > 0; --i) hist[i][c] = hist[i - 1][c];
+      hist[0][c] = cur;
+#pragma unroll
+      for (int k = WMAX - 1; k > 0; --k) dh[k][c] = dh[k - 1][c];
+      dh[0][c] = dp;
+      A v = A(0);
+#pragma unroll
+      for (int k = 0; k < WMAX; ++k)
+        if (k < a.W) v = fma(w[k][c], dh[k][c], v);
+      if (a.dht.p && tout - q.s >= q.L - a.S)
+        v += ld<A>(a.dht.p, a.dht.dt,
+                   n * a.dht.s0 + (d0 + c) * a.dht.s1 + (a.S + tout - q.s - q.L) * a.dht.s2);
+      out.v[c] = to_t<T>(v);
+    }
+    if (want_dx && tout >= t) stv<T, CH>(a.dx, q.b, tout, d0, out);
+  }
+
+  __device__ Pack<T, CH> ldy(int64_t b, int64_t tp) const {
+    if (a.dy.p) return ldv<T, CH>(a.dy, b, tp, d0);
+    Pack<T, CH> z;
+#pragma unroll
+    for (int c = 0; c < CH; ++c) z.v[c] = to_t<T>(A(0));
+    return z;
+  }
+
+  // dx tokens [t, e) of sequence q.
+  __device__ void segment(const Seq& q, int64_t n, int64_t t, int64_t e) {
+    const int64_t h0row = state_row(a.h0, a.h0_idx, n);
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const int64_t tok = t - 1 - i;
+      if (i < a.W - 1 && tok >= q.s) {
+        const Pack<T, CH> v = ldv<T, CH>(a.x, q.b, tok, d0);
+#pragma unroll
+        for (int c = 0; c < CH; ++c) hist[i][c] = to_f(v.v[c]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < CH; ++c)
+          hist[i][c] = i < a.W - 1 ? load_u<A>(a, q, h0row, d0 + c, a.S + tok - q.s) : A(0);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < WMAX; ++k)
+#pragma unroll
+      for (int c = 0; c < CH; ++c) dh[k][c] = A(0);
+    const int64_t send = q.s + q.L;
+    const int64_t stop = e + a.W - 1;                   // t' in [t, stop)
+    const int64_t in_end = stop < send ? stop : send;   // t' with loads
+    int64_t tp = t;
+    for (; tp + kUnroll <= in_end; tp += kUnroll) {
+      Pack<T, CH> xv[kUnroll], gv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) xv[u] = ldv<T, CH>(a.x, q.b, tp + u, d0);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) gv[u] = ldy(q.b, tp + u);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) step(true, xv[u], gv[u], q, n, tp + u, t, e);
+    }
+    for (; tp < in_end; ++tp) step(true, ldv<T, CH>(a.x, q.b, tp, d0), ldy(q.b, tp), q, n, tp, t, e);
+    Pack<T, CH> z;
+    for (; tp < stop; ++tp) step(false, z, z, q, n, tp, t, e);
+  }
+};
+
+template <class T, int WMAX, int CH>
+__global__ void __launch_bounds__(Policy::kThreads) bwd_tm(const Args a) {
+  using A = acc_t<T>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
+  const bool active = tile < a.ntiles && d0 < a.D;
+  TmBwd<T, WMAX, CH> k{a, d0, a.dx.p != nullptr, a.dweight.p != nullptr || a.dbias.p != nullptr};
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    const int64_t d = d0 + c;
+    const bool in = active && d < a.D;
+#pragma unroll
+    for (int j = 0; j < WMAX; ++j) {
+      k.w[j][c] = (in && j < a.W) ? ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + j * a.weight.s1)
+                                  : A(0);
+      k.wr[j][c] = (in && j < a.W)
+                       ? ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (a.W - 1 - j) * a.weight.s1)
+                       : A(0);
+      k.dwr[j][c] = A(0);
+    }
+    k.bs[c] = (in && a.bias.p) ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+    k.db[c] = A(0);
+  }
+  if (active) {
+    int64_t b, tb, te;
+    tile_range(a, tile, &b, &tb, &te);
+    int64_t n = a.packed ? find_seq(a, tb) : b;
+    for (int64_t t = tb; t < te && n < a.N; ++n) {
+      const Seq q = seq_of(a, n);
+      const int64_t send = q.s + q.L;
+      const int64_t e = send < te ? send : te;
+      if (e <= t) continue;
+      k.segment(q, n, t, e);
+      t = e;
+    }
+  }
+  if (!k.want_dw) return;  // uniform over the grid
+  // Block reduction over the ty tiles, fixed order, then one partial row.
+  constexpr int E = CH * (WMAX + 1);
+  A* red = reinterpret_cast<A*>(smem_raw);
+  A* mine = red + (int64_t(threadIdx.y) * blockDim.x + threadIdx.x) * E;
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+#pragma unroll
+    for (int j = 0; j < WMAX; ++j) mine[c * (WMAX + 1) + j] = k.dwr[j][c];
+    mine[c * (WMAX + 1) + WMAX] = k.db[c];
+  }
+  __syncthreads();
+  if (threadIdx.y != 0 || d0 >= a.D) return;
+  for (int c = 0; c < CH; ++c) {
+    A* dst = part_at<A>(a, blockIdx.x, d0 + c);
+    for (int j = 0; j <= a.W; ++j) {
+      const int slot = j < a.W ? j : WMAX;
+      A s = A(0);
+      for (unsigned y = 0; y < blockDim.y; ++y)
+        s += red[(int64_t(y) * blockDim.x + threadIdx.x) * E + c * (WMAX + 1) + slot];
+      dst[j < a.W ? a.W - 1 - j : a.W] = s;
+    }
+  }
+}
+
+// ---- channel-major ---------------------------------------------------------------
+
+template <class T, int WMAX>
+__global__ void __launch_bounds__(Policy::kThreads) bwd_cm(const Args a) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int H = WMAX - 1;
+  const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t wid = gid >> 5;
+  const int lane = int(gid & 31);
+  if (wid >= a.B * a.D * a.tiles_per_row) return;  // whole warps only
+  const int64_t row = wid / a.tiles_per_row, tile = wid - row * a.tiles_per_row;
+  const int64_t b = row / a.D, d = row - b * a.D;
+  const int W = a.W;
+  const bool want_dw = a.dweight.p || a.dbias.p;
+  A wr[WMAX], dwr[WMAX], db = A(0);
+#pragma unroll
+  for (int j = 0; j < WMAX; ++j) {
+    wr[j] = j < W ? ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (W - 1 - j) * a.weight.s1)
+                  : A(0);
+    dwr[j] = A(0);
+  }
+  const A bs = a.bias.p ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+  const Seq q{b, 0, a.T};
+  const int64_t h0row = state_row(a.h0, a.h0_idx, b);
+  const T* xr = static_cast<const T*>(a.x.p) + b * a.x.s0 + d * a.x.s2;
+  const T* gr = a.dy.p ? static_cast<const T*>(a.dy.p) + b * a.dy.s0 + d * a.dy.s2 : nullptr;
+  T* dxr = a.dx.p ? static_cast<T*>(a.dx.p) + b * a.dx.s0 + d * a.dx.s2 : nullptr;
+  const int64_t tend = (tile + 1) * a.tile_t < a.T ? (tile + 1) * a.tile_t : a.T;
+  for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; t0 < tend; t0 += 32 * VEC) {
+    A u[H + VEC + H];  // u[H + i] = u(t0 + i), i in [-H, VEC + H)
+    A g[VEC + H];      // g[i] = dy(t0 + i)
+    const Pack<T, VEC> xv = *reinterpret_cast<const Pack<T, VEC>*>(xr + t0);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) u[H + i] = to_f(xv.v[i]);
+    if (gr) {
+      const Pack<T, VEC> gv = *reinterpret_cast<const Pack<T, VEC>*>(gr + t0);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) g[i] = to_f(gv.v[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) g[i] = A(0);
+    }
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const int64_t tok = t0 - 1 - i;
+      A v = A(0);
+      if (i < W - 1) v = tok >= 0 ? to_f(xr[tok]) : load_u<A>(a, q, h0row, d, a.S + tok);
+      u[H - 1 - i] = v;
+      const int64_t ta = t0 + VEC + i;
+      const bool in = i < W - 1 && ta < a.T;
+      u[H + VEC + i] = in ? to_f(xr[ta]) : A(0);
+      g[VEC + i] = (in && gr) ? to_f(gr[ta]) : A(0);
+    }
+    A dp[VEC + H];
+#pragma unroll
+    for (int i = 0; i < VEC + H; ++i) {
+      A v = A(0);
+      if (i < VEC + W - 1 && t0 + i < a.T) {
+        A pre = bs;
+#pragma unroll
+        for (int j = 0; j < WMAX; ++j)
+          if (j < W) pre = fma(wr[j], u[H + i - j], pre);
+        v = g[i] * act_grad(a.act, pre);
+      }
+      dp[i] = v;
+    }
+    if (want_dw) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        db += dp[i];
+#pragma unroll
+        for (int j = 0; j < WMAX; ++j)
+          if (j < W) dwr[j] = fma(dp[i], u[H + i - j], dwr[j]);
+      }
+    }
+    if (dxr) {
+      Pack<T, VEC> out;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        A v = A(0);
+#pragma unroll
+        for (int m = 0; m < WMAX; ++m)
+          if (m < W) v = fma(wr[m], dp[i + m], v);  // weight[W-1-m] * dpre(t + m)
+        const int64_t t = t0 + i;
+        if (a.dht.p && t >= a.T - a.S)
+          v += ld<A>(a.dht.p, a.dht.dt, b * a.dht.s0 + d * a.dht.s1 + (a.S + t - a.T) * a.dht.s2);
+        out.v[i] = to_t<T>(v);
+      }
+      *reinterpret_cast<Pack<T, VEC>*>(dxr + t0) = out;
+    }
+  }
+  if (!want_dw) return;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    db += __shfl_xor_sync(0xffffffffu, db, off);
+#pragma unroll
+    for (int j = 0; j < WMAX; ++j) dwr[j] += __shfl_xor_sync(0xffffffffu, dwr[j], off);
+  }
+  if (lane != 0) return;
+  A* dst = part_at<A>(a, row / a.D * a.tiles_per_row + tile, d);
+#pragma unroll
+  for (int j = 0; j < WMAX; ++j)
+    if (j < W) dst[W - 1 - j] = dwr[j];
+  dst[W] = db;
+}
+
+// ---- general (W > 16, any strides) ----------------------------------------------
+
+template <class A>
+__device__ __forceinline__ A pre_at(const Args& a, const Seq& q, int64_t h0row, int64_t d,
+                                    int64_t t) {  // t: token index within the sequence
+  const int64_t p0 = a.S - (a.W - 1) + t;
+  A acc = a.bias.p ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+  for (int k = 0; k < a.W; ++k)
+    acc = fma(ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + k * a.weight.s1),
+              load_u<A>(a, q, h0row, d, p0 + k), acc);
+  return acc;
+}
+
+template <class A>
+__device__ __forceinline__ A dpre_at(const Args& a, const Seq& q, int64_t h0row, int64_t d,
+                                     int64_t t) {
+  if (!a.dy.p) return A(0);
+  const A g = ld<A>(a.dy.p, a.dy.dt, q.b * a.dy.s0 + (q.s + t) * a.dy.s1 + d * a.dy.s2);
+  return g * act_grad(a.act, pre_at<A>(a, q, h0row, d, t));
+}
+
+// dpre[(b*T + t) * D + d] for every token.
+template <class A>
+__global__ void __launch_bounds__(Policy::kThreads) dpre_general(const Args a) {
+  const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (tile >= a.ntiles || d >= a.D) return;
+  int64_t b, tb, te;
+  tile_range(a, tile, &b, &tb, &te);
+  int64_t n = a.packed ? find_seq(a, tb) : b;
+  A* dp = static_cast<A*>(a.dpre);
+  for (int64_t t = tb; t < te && n < a.N; ++n) {
+    const Seq q = seq_of(a, n);
+    const int64_t e = q.s + q.L < te ? q.s + q.L : te;
+    if (e <= t) continue;
+    const int64_t h0row = state_row(a.h0, a.h0_idx, n);
+    for (int64_t tok = t; tok < e; ++tok)
+      dp[(q.b * a.T + tok) * a.D + d] = dpre_at<A>(a, q, h0row, d, tok - q.s);
+    t = e;
+  }
+}
+
+template <class A>
+__global__ void __launch_bounds__(Policy::kThreads) bwd_general(const Args a) {
+  const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (tile >= a.ntiles || d >= a.D) return;
+  const bool want_dw = a.dweight.p || a.dbias.p;
+  int64_t b, tb, te;
+  tile_range(a, tile, &b, &tb, &te);
+  const int64_t n0 = a.packed ? find_seq(a, tb) : b;
+  const A* dp = static_cast<const A*>(a.dpre);
+  A* dst = want_dw ? part_at<A>(a, tile, d) : nullptr;
+  // k == W: dbias; k < W: dweight[k]; then dx (k == W+1).
+  for (int k = want_dw ? 0 : a.W + 1; k <= a.W + 1; ++k) {
+    if (k == a.W + 1 && !a.dx.p) break;
+    A acc = A(0);
+    int64_t n = n0;
+    for (int64_t t = tb; t < te && n < a.N; ++n) {
+      const Seq q = seq_of(a, n);
+      const int64_t send = q.s + q.L;
+      const int64_t e = send < te ? send : te;
+      if (e <= t) continue;
+      const int64_t h0row = state_row(a.h0, a.h0_idx, n);
+      for (int64_t tok = t; tok < e; ++tok) {
+        const int64_t rowoff = q.b * a.T;
+        if (k < a.W) {
+          acc = fma(dp[(rowoff + tok) * a.D + d],
+                    load_u<A>(a, q, h0row, d, a.S - (a.W - 1) + (tok - q.s) + k), acc);
+        } else if (k == a.W) {
+          acc += dp[(rowoff + tok) * a.D + d];
+        } else {
+          A v = A(0);
+          for (int kk = 0; kk < a.W; ++kk) {
+            const int64_t src = tok + (a.W - 1) - kk;
+            if (src < send)
+              v = fma(ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + kk * a.weight.s1),
+                      dp[(rowoff + src) * a.D + d], v);
+          }
+          if (a.dht.p && tok - q.s >= q.L - a.S)
+            v += ld<A>(a.dht.p, a.dht.dt, n * a.dht.s0 + d * a.dht.s1 + (a.S + tok - q.s - q.L) * a.dht.s2);
+          st<A>(a.dx.p, a.dx.dt, q.b * a.dx.s0 + tok * a.dx.s1 + d * a.dx.s2, v);
+        }
+      }
+      t = e;
+    }
+    if (k <= a.W) dst[k] = acc;
+  }
+}
+
+// ---- initial-state gradient ------------------------------------------------------------
+
+template <class A>
+__global__ void __launch_bounds__(Policy::kSmallThreads) state_bwd(const Args a) {
+  constexpr int kCache = 16;  // dpre of the first tokens kept (W <= 17 never recomputes)
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.N * a.D) return;
+  const int64_t n = i / a.D, d = i - n * a.D;
+  const Seq q = seq_of(a, n);
+  const int64_t h0row = state_row(a.h0, a.h0_idx, n);
+  const int64_t off = a.S - (a.W - 1);
+  const int64_t nd = q.L < a.W - 1 ? q.L : a.W - 1;  // tokens whose window reaches h0
+  A cache[kCache];
+#pragma unroll
+  for (int t = 0; t < kCache; ++t) cache[t] = (t < nd) ? dpre_at<A>(a, q, h0row, d, t) : A(0);
+  for (int64_t j = 0; j < a.S; ++j) {
+    A du = A(0);
+    if (j >= off) {
+      const int64_t m = j - off;  // du[j] = sum_k weight[k] * dpre[m - k]
+      for (int k = 0; k < a.W; ++k) {
+        const int64_t t = m - k;
+        if (t < 0 || t >= nd) continue;
+        const A dpv = t < kCache ? cache[t] : dpre_at<A>(a, q, h0row, d, t);
+        du = fma(ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + k * a.weight.s1), dpv, du);
+      }
+    }
+    if (a.dht.p && j >= q.L) du += ld<A>(a.dht.p, a.dht.dt, n * a.dht.s0 + d * a.dht.s1 + (j - q.L) * a.dht.s2);
+    st<A>(a.dh0.p, a.dh0.dt, n * a.dh0.s0 + d * a.dh0.s1 + j * a.dh0.s2, du);
+  }
+}
+
+// ---- deterministic reduction of the partials ---------------------------------------------
+
+template <class A>
+__global__ void __launch_bounds__(Policy::kSmallThreads) reduce_parts(const Args a, int64_t parts) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t K = a.W + 1;
+  if (i >= a.D * K) return;
+  const int64_t d = i / K, k = i - d * K;
+  const A* src = static_cast<const A*>(a.part);
+  A s = A(0);
+  for (int64_t r = 0; r < parts; ++r) s += src[r * a.D * K + i];  // fixed order
+  if (k < a.W) {
+    if (a.dweight.p) st<A>(a.dweight.p, a.dweight.dt, d * a.dweight.s0 + k * a.dweight.s1, s);
+  } else if (a.dbias.p) {
+    st<A>(a.dbias.p, a.dbias.dt, d * a.dbias.s0, s);
+  }
+}
+
+// ---- dispatch ------------------------------------------------------------------------------
+
+template <class T, int WMAX>
+cudaError_t launch_tm(const Plan& pl, const Args& a, cudaStream_t s, const char** name) {
+  using A = acc_t<T>;
+  const dim3 block(pl.cx, pl.ty);
+  const dim3 grid(unsigned(ceil_div(pl.ntiles, pl.ty)), unsigned(ceil_div(a.D, int64_t(pl.cx) * pl.ch)));
+  if (pl.path == Path::token_major_vec) {
+    constexpr int CH = tm_ch(sizeof(T), WMAX, true);
+    *name = "bwd_tm(vector)";
+    if constexpr (CH > 1 && !std::is_same_v<T, double>)
+      return launch(bwd_tm<T, WMAX, CH>, grid, block, size_t(pl.cx) * pl.ty * CH * (WMAX + 1) * sizeof(A), s, a);
+    return cudaErrorInvalidValue;  // never planned
+  }
+  *name = "bwd_tm(scalar)";
+  if constexpr (WMAX != 8)
+    return launch(bwd_tm<T, WMAX, 1>, grid, block, size_t(pl.cx) * pl.ty * (WMAX + 1) * sizeof(A), s, a);
+  return cudaErrorInvalidValue;  // never planned (scalar path uses wmax_narrow)
+}
+
+template <class T>
+cudaError_t launch_typed(const Problem& p, const Plan& pl, const Args& a, cudaStream_t s,
+                         const char** name) {
+  int wm = wmax_for(p.W);
+  if (pl.path == Path::channel_major) {
+    *name = "bwd_cm";
+    const int64_t warps = a.B * a.D * a.tiles_per_row;
+    const dim3 grid(unsigned(ceil_div(warps * 32, Policy::kThreads)));
+    if constexpr (!std::is_same_v<T, double>) {
+      if (wmax_narrow(p.W) == 4) return launch(bwd_cm<T, 4>, grid, Policy::kThreads, 0, s, a);
+      return launch(bwd_cm<T, 16>, grid, Policy::kThreads, 0, s, a);
+    }
+    return cudaErrorInvalidValue;  // never planned for f64
+  }
+  if (pl.path == Path::token_major_scalar) wm = wmax_narrow(p.W);
+  if (wm == 4) return launch_tm<T, 4>(pl, a, s, name);
+  if (wm == 8) return launch_tm<T, 8>(pl, a, s, name);
+  return launch_tm<T, 16>(pl, a, s, name);
+}
+
+template <class A>
+cudaError_t launch_rest(const Problem& p, const Plan& pl, const Args& a, cudaStream_t s,
+                        const char** name) {
+  cudaError_t e = cudaSuccess;
+  if ((p.dweight || p.dbias) && p.D > 0) {
+    *name = "reduce_parts";
+    const int64_t threads = p.D * (p.W + 1);
+    void* params[] = {const_cast<Args*>(&a), const_cast<int64_t*>(&pl.parts)};
+    e = cudaLaunchKernel(reinterpret_cast<const void*>(reduce_parts<A>),
+                         dim3(unsigned(ceil_div(threads, Policy::kSmallThreads))),
+                         dim3(Policy::kSmallThreads), params, 0, s);
+    if (e != cudaSuccess) return e;
+  }
+  if (p.dh0 && p.N > 0 && p.D > 0 && p.S > 0) {
+    *name = "state_bwd";
+    e = launch(state_bwd<A>, dim3(unsigned(ceil_div(p.N * p.D, Policy::kSmallThreads))),
+               dim3(Policy::kSmallThreads), 0, s, a);
+  }
+  return e;
+}
+
+}  // namespace
+
+cudaError_t launch_bwd(const Problem& p, const Plan& pl, const Args& a, cudaStream_t s,
+                       const char** name) {
+  cudaError_t e = cudaSuccess;
+  const bool f64 = p.act_dtype == SC_F64;
+  const bool main = (p.dx || p.dweight || p.dbias) && pl.ntiles > 0 && p.D > 0;
+  if (main) {
+    if (pl.path == Path::general) {
+      const dim3 block(pl.cx, pl.ty);
+      const dim3 grid(unsigned(ceil_div(pl.ntiles, pl.ty)), unsigned(ceil_div(a.D, pl.cx)));
+      *name = "dpre_general";
+      e = f64 ? launch(dpre_general<double>, grid, block, 0, s, a)
+              : launch(dpre_general<float>, grid, block, 0, s, a);
+      if (e != cudaSuccess) return e;
+      *name = "bwd_general";
+      e = f64 ? launch(bwd_general<double>, grid, block, 0, s, a)
+              : launch(bwd_general<float>, grid, block, 0, s, a);
+    } else {
+      switch (p.act_dtype) {
+        case SC_F32: e = launch_typed<float>(p, pl, a, s, name); break;
+        case SC_F16: e = launch_typed<__half>(p, pl, a, s, name); break;
+        case SC_BF16: e = launch_typed<__nv_bfloat16>(p, pl, a, s, name); break;
+        default: e = launch_typed<double>(p, pl, a, s, name); break;
+      }
+    }
+    if (e != cudaSuccess) return e;
+  }
+  return f64 ? launch_rest<double>(p, pl, a, s, name) : launch_rest<float>(p, pl, a, s, name);
+}
+
+}  // namespace shortconv::cuda

@@ -1,0 +1,162 @@
+// Shared device-side pieces of the CUDA backend: the kernel argument block,
+// dtype conversions, clamped sequence / state-row lookups and the extended
+// sequence u_n = h0_n ++ x_n as a scalar loader.
+//
+// Every index is 64-bit.  cu_seqlens and state indices live in device memory
+// and are never validated on the host, so every lookup here clamps:
+// offsets into [0, total], out-of-range pool rows become -1 (no state).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "shortconv/shortconv.h"
+
+namespace shortconv::cuda {
+
+// A strided tensor as the kernels see it (element strides, like core View).
+struct DTensor {
+  void* p = nullptr;   // nullptr: absent
+  int32_t dt = 0;      // sc_dtype
+  int64_t n0 = 1;      // shape[0] (pool rows for states, entries for indices)
+  int64_t s0 = 0, s1 = 0, s2 = 0;
+};
+
+// Everything a kernel needs, passed by value (< 1 KB).
+struct Args {
+  int W, S, act;            // width, state length, activation
+  int64_t B, T, D, N;       // x viewed [B, T, D]; packed: B == 1, T = total
+  bool packed;
+  DTensor x, weight, bias, residual, cu, h0, h0_idx, y, ht, ht_idx;  // forward
+  DTensor dy, dht, dx, dweight, dbias, dh0;                          // backward
+  // tiling of the (batch, time) axis: a tile is tile_t consecutive tokens of
+  // one batch row (dense) or of the packed token axis.
+  int64_t tile_t, tiles_per_row, ntiles;
+  void* part;               // workspace: per-part dweight/dbias partials [parts, D, W+1]
+  void* dpre;               // workspace: dpre [B*T, D] (general path only)
+};
+
+// ---- dtype conversions ------------------------------------------------------
+
+template <class T> struct AccOf { using type = float; };
+template <> struct AccOf<double> { using type = double; };
+template <class T> using acc_t = typename AccOf<T>::type;
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ double to_f(double v) { return v; }
+
+// Rounds an accumulator to the storage type T (round to nearest even).
+template <class T, class A>
+__device__ __forceinline__ T to_t(A v) {
+  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(float(v));
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(float(v));
+  else return T(v);
+}
+
+// Runtime-dtype scalar load / store (parameters, states, and the slow paths).
+template <class A>
+__device__ __forceinline__ A ld(const void* p, int32_t dt, int64_t off) {
+  switch (dt) {
+    case SC_F32: return A(static_cast<const float*>(p)[off]);
+    case SC_F16: return A(__half2float(static_cast<const __half*>(p)[off]));
+    case SC_BF16: return A(__bfloat162float(static_cast<const __nv_bfloat16*>(p)[off]));
+    default: return A(static_cast<const double*>(p)[off]);
+  }
+}
+
+template <class A>
+__device__ __forceinline__ void st(void* p, int32_t dt, int64_t off, A v) {
+  switch (dt) {
+    case SC_F32: static_cast<float*>(p)[off] = float(v); break;
+    case SC_F16: static_cast<__half*>(p)[off] = __float2half_rn(float(v)); break;
+    case SC_BF16: static_cast<__nv_bfloat16*>(p)[off] = __float2bfloat16_rn(float(v)); break;
+    default: static_cast<double*>(p)[off] = double(v); break;
+  }
+}
+
+__device__ __forceinline__ int64_t ld_index(const DTensor& t, int64_t i) {
+  return t.dt == SC_I32 ? int64_t(static_cast<const int32_t*>(t.p)[i * t.s0])
+                        : static_cast<const int64_t*>(t.p)[i * t.s0];
+}
+
+// ---- activation ----------------------------------------------------------------
+
+__device__ __forceinline__ float sigm(float z) { return 1.f / (1.f + __expf(-z)); }
+__device__ __forceinline__ double sigm(double z) { return 1.0 / (1.0 + exp(-z)); }
+
+template <class A>
+__device__ __forceinline__ A act_fwd(int act, A z) {
+  return act == SC_ACT_SILU ? z * sigm(z) : z;
+}
+template <class A>
+__device__ __forceinline__ A act_grad(int act, A z) {
+  if (act != SC_ACT_SILU) return A(1);
+  const A s = sigm(z);
+  return s * (A(1) + z * (A(1) - s));
+}
+
+// ---- sequences and state rows (clamped) -------------------------------------------
+
+// cu_seqlens[i] clamped into [0, total]; cu[0] is 0 and cu[N] is total by definition.
+__device__ __forceinline__ int64_t cu_at(const Args& a, int64_t i) {
+  if (i <= 0) return 0;
+  if (i >= a.N) return a.T;
+  const int64_t v = ld_index(a.cu, i);
+  return v < 0 ? 0 : (v > a.T ? a.T : v);
+}
+
+// The sequence holding packed token t: the largest n < N with cu[n] <= t
+// (zero-length sequences are skipped because a later n has the same start).
+__device__ __forceinline__ int64_t find_seq(const Args& a, int64_t t) {
+  int64_t lo = 0, hi = a.N - 1;  // answer in [lo, hi]
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) >> 1;
+    if (cu_at(a, mid) <= t) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Pool row of sequence n in a state tensor with optional indices; -1 = none.
+__device__ __forceinline__ int64_t state_row(const DTensor& st_, const DTensor& idx, int64_t n) {
+  if (!st_.p) return -1;
+  const int64_t r = idx.p ? ld_index(idx, n) : n;
+  return (r < 0 || r >= st_.n0) ? -1 : r;
+}
+
+// Sequence n as (batch row b, first token s, length L) in x's [B, T, D] view.
+struct Seq {
+  int64_t b, s, L;
+};
+__device__ __forceinline__ Seq seq_of(const Args& a, int64_t n) {
+  if (!a.packed) return Seq{n, 0, a.T};
+  const int64_t s = cu_at(a, n), e = cu_at(a, n + 1);
+  return Seq{0, s, e > s ? e - s : 0};
+}
+
+// u_n[p] for sequence n, channel d (scalar, runtime dtypes): h0 for p < S
+// (zero without a state), x for p >= S.  p must be in [0, S + L).
+template <class A>
+__device__ __forceinline__ A load_u(const Args& a, const Seq& q, int64_t h0row, int64_t d,
+                                    int64_t p) {
+  if (p >= a.S) return ld<A>(a.x.p, a.x.dt, q.b * a.x.s0 + (q.s + p - a.S) * a.x.s1 + d * a.x.s2);
+  if (h0row < 0 || p < 0) return A(0);
+  return ld<A>(a.h0.p, a.h0.dt, h0row * a.h0.s0 + d * a.h0.s1 + p * a.h0.s2);
+}
+
+// Tile `tile` of the (batch, time) axis as batch row b and tokens [tb, te).
+__device__ __forceinline__ void tile_range(const Args& a, int64_t tile, int64_t* b, int64_t* tb,
+                                           int64_t* te) {
+  const int64_t row = tile / a.tiles_per_row;
+  *b = row;
+  *tb = (tile - row * a.tiles_per_row) * a.tile_t;
+  const int64_t e = *tb + a.tile_t;
+  *te = e < a.T ? e : a.T;
+}
+
+}  // namespace shortconv::cuda

@@ -1,0 +1,343 @@
+// CUDA forward kernels.
+//
+// Math (docs/semantics.md §1), per sequence n, channel d, token t in [0, L_n):
+//   pre[t] = bias[d] + sum_{k<W} weight[d,k] * u_n[S-(W-1)+t+k],  u_n = h0_n ++ x_n
+//   y[t]   = act(pre[t]) + residual[t]
+//   ht_n[j] = u_n[L_n + j]                                        j in [0, S)
+// Accumulation is fp32 (fp64 for f64 activations); outputs rounded once.
+//
+// Kernels and ownership:
+// - fwd_tm<T, WMAX, CH>: token-major.  A thread owns CH consecutive channels
+//   (one 16-byte vector when the channel axis is contiguous, CH = 1 for any
+//   strides) and one tile of tile_t consecutive tokens of the (batch, time)
+//   axis.  It keeps the last W-1 inputs in registers (sliding window), so x is
+//   read once plus a (W-1)-token halo per tile.  A packed tile may span several
+//   sequences: the thread walks them (binary search for the first), and the
+//   window of each starts from that sequence's own h0 (or zeros), never from
+//   another sequence's rows.  Block = cx threads along channels x ty tiles.
+// - fwd_cm<T, WMAX>: channel-major (stride_t == 1, dense).  A warp owns one
+//   (batch, channel) row and a tile of tokens; each lane a 16-byte vector of
+//   VEC consecutive tokens, its W-1 halo tokens re-read as scalars (L1 hits:
+//   the neighbouring lane loaded them).
+// - fwd_general<A>: W > 16, any strides, runtime dtypes: a thread per
+//   (channel, tile) sums the W taps straight from memory.
+// - state_fwd: one thread per (sequence, channel) writes ht_n[j] = u_n[L+j]
+//   walking j upward, after the main kernel on the same stream, so with an
+//   aliased (in-place) pool every h0 read (main kernel, and u_n[L+j] with
+//   L+j >= j here) happens before the write of ht[j].
+#include "cuda/common.cuh"
+#include "cuda/plan.hpp"
+
+namespace shortconv::cuda {
+
+namespace {
+
+template <class T, int CH>
+struct alignas(sizeof(T) * CH) Pack {
+  T v[CH];
+};
+
+// CH channels (d0 .. d0+CH) of token (b, t) of an activation tensor
+// (for CH > 1 the channel stride is 1 and the address is CH-aligned).
+template <class T, int CH>
+__device__ __forceinline__ Pack<T, CH> ldv(const DTensor& x, int64_t b, int64_t t, int64_t d0) {
+  const T* p = static_cast<const T*>(x.p) + b * x.s0 + t * x.s1 + d0 * x.s2;
+  if constexpr (CH == 1) {
+    return Pack<T, 1>{{p[0]}};
+  } else {
+    return *reinterpret_cast<const Pack<T, CH>*>(p);
+  }
+}
+template <class T, int CH>
+__device__ __forceinline__ void stv(const DTensor& y, int64_t b, int64_t t, int64_t d0,
+                                    const Pack<T, CH>& v) {
+  T* p = static_cast<T*>(y.p) + b * y.s0 + t * y.s1 + d0 * y.s2;
+  if constexpr (CH == 1) {
+    p[0] = v.v[0];
+  } else {
+    *reinterpret_cast<Pack<T, CH>*>(p) = v;
+  }
+}
+
+// Tokens per unrolled step of the token-major loop: U independent loads in
+// flight per thread before the first use.
+constexpr int kUnroll = 4;
+
+template <class T, int WMAX, int CH>
+struct TmFwd {
+  using A = acc_t<T>;
+  static constexpr int H = WMAX - 1;  // window registers (W-1 used)
+  static_assert(WMAX >= 2, "window of at least one past input");
+
+  const Args& a;
+  int64_t d0;
+  A wr[WMAX][CH];  // wr[j] = weight[W-1-j]: tap on u(t-j); zero for j >= W
+  A bs[CH];
+  A hist[H][CH];   // hist[i] = u(t-1-i) for the next token t
+
+  __device__ void step(const Pack<T, CH>& xv, const Pack<T, CH>* rv, int64_t b, int64_t t) {
+    Pack<T, CH> out;
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      const A cur = to_f(xv.v[c]);
+      A acc = fma(wr[0][c], cur, bs[c]);
+#pragma unroll
+      for (int j = 1; j < WMAX; ++j)
+        if (j < a.W) acc = fma(wr[j][c], hist[j - 1][c], acc);
+      A o = act_fwd(a.act, acc);
+      if (rv) o += to_f(rv->v[c]);
+      out.v[c] = to_t<T>(o);
+#pragma unroll
+      for (int i = H - 1; i > 0; --i) hist[i][c] = hist[i - 1][c];
+      hist[0][c] = cur;
+    }
+    stv<T, CH>(a.y, b, t, d0, out);
+  }
+
+  // Tokens [t, e) of sequence q (all inside it).
+  __device__ void segment(const Seq& q, int64_t n, int64_t t, int64_t e) {
+    const int64_t h0row = state_row(a.h0, a.h0_idx, n);
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const int64_t tok = t - 1 - i;
+      if (i < a.W - 1 && tok >= q.s) {
+        const Pack<T, CH> v = ldv<T, CH>(a.x, q.b, tok, d0);
+#pragma unroll
+        for (int c = 0; c < CH; ++c) hist[i][c] = to_f(v.v[c]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < CH; ++c)
+          hist[i][c] = i < a.W - 1 ? load_u<A>(a, q, h0row, d0 + c, a.S + tok - q.s) : A(0);
+      }
+    }
+    const bool res = a.residual.p != nullptr;
+    int64_t tok = t;
+    for (; tok + kUnroll <= e; tok += kUnroll) {
+      Pack<T, CH> xv[kUnroll], rv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) xv[u] = ldv<T, CH>(a.x, q.b, tok + u, d0);
+      if (res) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) rv[u] = ldv<T, CH>(a.residual, q.b, tok + u, d0);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) step(xv[u], res ? &rv[u] : nullptr, q.b, tok + u);
+    }
+    for (; tok < e; ++tok) {
+      const Pack<T, CH> xv = ldv<T, CH>(a.x, q.b, tok, d0);
+      Pack<T, CH> rv;
+      if (res) rv = ldv<T, CH>(a.residual, q.b, tok, d0);
+      step(xv, res ? &rv : nullptr, q.b, tok);
+    }
+  }
+};
+
+template <class T, int WMAX, int CH>
+__global__ void __launch_bounds__(Policy::kThreads) fwd_tm(const Args a) {
+  using A = acc_t<T>;
+  const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
+  if (tile >= a.ntiles || d0 >= a.D) return;
+  TmFwd<T, WMAX, CH> k{a, d0};
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    const int64_t d = d0 + c;
+    const bool in = d < a.D;
+#pragma unroll
+    for (int j = 0; j < WMAX; ++j)
+      k.wr[j][c] = (in && j < a.W)
+                       ? ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (a.W - 1 - j) * a.weight.s1)
+                       : A(0);
+    k.bs[c] = (in && a.bias.p) ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+  }
+  int64_t b, tb, te;
+  tile_range(a, tile, &b, &tb, &te);
+  int64_t n = a.packed ? find_seq(a, tb) : b;
+  for (int64_t t = tb; t < te && n < a.N; ++n) {
+    const Seq q = seq_of(a, n);
+    const int64_t send = q.s + q.L;
+    const int64_t e = send < te ? send : te;
+    if (e <= t) continue;
+    k.segment(q, n, t, e);
+    t = e;
+  }
+}
+
+// ---- channel-major ------------------------------------------------------------
+
+template <class T, int WMAX>
+__global__ void __launch_bounds__(Policy::kThreads) fwd_cm(const Args a) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int H = WMAX - 1;
+  const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t wid = gid >> 5;
+  const int lane = int(gid & 31);
+  if (wid >= a.B * a.D * a.tiles_per_row) return;
+  const int64_t row = wid / a.tiles_per_row, tile = wid - row * a.tiles_per_row;
+  const int64_t b = row / a.D, d = row - b * a.D;
+  const int W = a.W;
+  A wr[WMAX];
+#pragma unroll
+  for (int j = 0; j < WMAX; ++j)
+    wr[j] = j < W ? ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (W - 1 - j) * a.weight.s1)
+                  : A(0);
+  const A bs = a.bias.p ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+  const Seq q{b, 0, a.T};
+  const int64_t h0row = state_row(a.h0, a.h0_idx, b);
+  const T* xr = static_cast<const T*>(a.x.p) + b * a.x.s0 + d * a.x.s2;
+  const T* rr = a.residual.p ? static_cast<const T*>(a.residual.p) + b * a.residual.s0 +
+                                   d * a.residual.s2
+                             : nullptr;
+  T* yr = static_cast<T*>(a.y.p) + b * a.y.s0 + d * a.y.s2;
+  const int64_t tend = (tile + 1) * a.tile_t < a.T ? (tile + 1) * a.tile_t : a.T;
+  for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; t0 < tend; t0 += 32 * VEC) {
+    const Pack<T, VEC> xv = *reinterpret_cast<const Pack<T, VEC>*>(xr + t0);
+    Pack<T, VEC> rv;
+    if (rr) rv = *reinterpret_cast<const Pack<T, VEC>*>(rr + t0);
+    A u[H + VEC];  // u[H + i] = x[t0 + i]; u[H - 1 - i] = u(t0 - 1 - i)
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const int64_t tok = t0 - 1 - i;
+      A v = A(0);
+      if (i < W - 1) v = tok >= 0 ? to_f(xr[tok]) : load_u<A>(a, q, h0row, d, a.S + tok);
+      u[H - 1 - i] = v;
+    }
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) u[H + i] = to_f(xv.v[i]);
+    Pack<T, VEC> out;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      A acc = bs;
+#pragma unroll
+      for (int j = 0; j < WMAX; ++j)
+        if (j < W) acc = fma(wr[j], u[H + i - j], acc);
+      A o = act_fwd(a.act, acc);
+      if (rr) o += to_f(rv.v[i]);
+      out.v[i] = to_t<T>(o);
+    }
+    *reinterpret_cast<Pack<T, VEC>*>(yr + t0) = out;
+  }
+}
+
+// ---- general (W > 16, any strides) ----------------------------------------------
+
+template <class A>
+__global__ void __launch_bounds__(Policy::kThreads) fwd_general(const Args a) {
+  const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (tile >= a.ntiles || d >= a.D) return;
+  const A bs = a.bias.p ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+  int64_t b, tb, te;
+  tile_range(a, tile, &b, &tb, &te);
+  int64_t n = a.packed ? find_seq(a, tb) : b;
+  for (int64_t t = tb; t < te && n < a.N; ++n) {
+    const Seq q = seq_of(a, n);
+    const int64_t send = q.s + q.L;
+    const int64_t e = send < te ? send : te;
+    if (e <= t) continue;
+    const int64_t h0row = state_row(a.h0, a.h0_idx, n);
+    for (int64_t tok = t; tok < e; ++tok) {
+      const int64_t p0 = a.S - (a.W - 1) + (tok - q.s);  // u position of tap 0
+      A acc = bs;
+      for (int k = 0; k < a.W; ++k)
+        acc = fma(ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + k * a.weight.s1),
+                  load_u<A>(a, q, h0row, d, p0 + k), acc);
+      A o = act_fwd(a.act, acc);
+      if (a.residual.p)
+        o += ld<A>(a.residual.p, a.residual.dt,
+                   q.b * a.residual.s0 + tok * a.residual.s1 + d * a.residual.s2);
+      st<A>(a.y.p, a.y.dt, q.b * a.y.s0 + tok * a.y.s1 + d * a.y.s2, o);
+    }
+    t = e;
+  }
+}
+
+// ---- final state ------------------------------------------------------------------
+
+__global__ void __launch_bounds__(Policy::kSmallThreads) state_fwd(const Args a) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.N * a.D) return;
+  const int64_t n = i / a.D, d = i - n * a.D;
+  const int64_t out = state_row(a.ht, a.ht_idx, n);
+  if (out < 0) return;
+  const int64_t in = state_row(a.h0, a.h0_idx, n);
+  const Seq q = seq_of(a, n);
+  // j upward: u(L+j) (an h0 entry at index >= j, or x) is read before ht[j]
+  // is written, so the aliased in-place update never reads a written slot.
+  for (int64_t j = 0; j < a.S; ++j) {
+    const double v = load_u<double>(a, q, in, d, q.L + j);  // exact copy, rounded once
+    st<double>(a.ht.p, a.ht.dt, out * a.ht.s0 + d * a.ht.s1 + j * a.ht.s2, v);
+  }
+}
+
+// ---- dispatch -----------------------------------------------------------------------
+
+template <class T, int WMAX>
+cudaError_t launch_tm(const Plan& pl, const Args& a, cudaStream_t s, const char** name) {
+  const dim3 block(pl.cx, pl.ty);
+  const dim3 grid(unsigned(ceil_div(pl.ntiles, pl.ty)), unsigned(ceil_div(a.D, int64_t(pl.cx) * pl.ch)));
+  if (pl.path == Path::token_major_vec) {
+    constexpr int CH = tm_ch(sizeof(T), WMAX, false);
+    *name = "fwd_tm(vector)";
+    if constexpr (CH > 1 && !std::is_same_v<T, double>)
+      return launch(fwd_tm<T, WMAX, CH>, grid, block, 0, s, a);
+    return cudaErrorInvalidValue;  // never planned
+  }
+  *name = "fwd_tm(scalar)";
+  if constexpr (WMAX != 8) return launch(fwd_tm<T, WMAX, 1>, grid, block, 0, s, a);
+  return cudaErrorInvalidValue;  // never planned (scalar path uses wmax_narrow)
+}
+
+template <class T>
+cudaError_t launch_typed(const Problem& p, const Plan& pl, const Args& a, cudaStream_t s,
+                         const char** name) {
+  int wm = wmax_for(p.W);
+  if (pl.path == Path::channel_major) {
+    *name = "fwd_cm";
+    const int64_t warps = a.B * a.D * a.tiles_per_row;
+    const dim3 grid(unsigned(ceil_div(warps * 32, Policy::kThreads)));
+    if constexpr (!std::is_same_v<T, double>) {
+      if (wmax_narrow(p.W) == 4) return launch(fwd_cm<T, 4>, grid, Policy::kThreads, 0, s, a);
+      return launch(fwd_cm<T, 16>, grid, Policy::kThreads, 0, s, a);
+    }
+    return cudaErrorInvalidValue;  // never planned for f64
+  }
+  if (pl.path == Path::token_major_scalar) wm = wmax_narrow(p.W);
+  if (wm == 4) return launch_tm<T, 4>(pl, a, s, name);
+  if (wm == 8) return launch_tm<T, 8>(pl, a, s, name);
+  return launch_tm<T, 16>(pl, a, s, name);
+}
+
+}  // namespace
+
+cudaError_t launch_fwd(const Problem& p, const Plan& pl, const Args& a, cudaStream_t s,
+                       const char** name) {
+  cudaError_t e = cudaSuccess;
+  if (p.y && pl.ntiles > 0 && p.D > 0) {
+    if (pl.path == Path::general) {
+      *name = "fwd_general";
+      const dim3 block(pl.cx, pl.ty);
+      const dim3 grid(unsigned(ceil_div(pl.ntiles, pl.ty)), unsigned(ceil_div(a.D, pl.cx)));
+      e = p.act_dtype == SC_F64 ? launch(fwd_general<double>, grid, block, 0, s, a)
+                                : launch(fwd_general<float>, grid, block, 0, s, a);
+    } else {
+      switch (p.act_dtype) {
+        case SC_F32: e = launch_typed<float>(p, pl, a, s, name); break;
+        case SC_F16: e = launch_typed<__half>(p, pl, a, s, name); break;
+        case SC_BF16: e = launch_typed<__nv_bfloat16>(p, pl, a, s, name); break;
+        default: e = launch_typed<double>(p, pl, a, s, name); break;
+      }
+    }
+    if (e != cudaSuccess) return e;
+  }
+  if (p.ht && p.N > 0 && p.D > 0 && p.S > 0) {
+    *name = "state_fwd";
+    const int64_t threads = p.N * p.D;
+    e = launch(state_fwd, dim3(unsigned(ceil_div(threads, Policy::kSmallThreads))),
+               dim3(Policy::kSmallThreads), 0, s, a);
+  }
+  return e;
+}
+
+}  // namespace shortconv::cuda

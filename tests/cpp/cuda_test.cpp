@@ -1,0 +1,352 @@
+// GPU-specific tests of the CUDA backend (skipped without a device): the
+// general path (W > 16), the vectorised token-major and channel-major paths at
+// sizes that span many blocks and tiles, forced tilings, bitwise determinism,
+// capture into a CUDA graph on a caller's stream, and 64-bit offsets on a
+// tensor of more than 2^31 elements.  The cross-backend property sweep
+// (sweep_test.cpp) covers the rest of the contract on small shapes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "harness/harness.hpp"
+#include "shortconv/shortconv.hpp"
+
+#ifdef SHORTCONV_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace {
+
+using namespace shortconv::harness;
+
+bool have_gpu() { return sc_has_backend(SC_BACKEND_CUDA) && cuda_device_present(); }
+
+#define REQUIRE_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA backend compiled in or no CUDA device present"
+
+std::string check_case(const Case& c) {
+  const Inputs in = make_inputs(c);
+  const Outputs ref = run(c, in, SC_BACKEND_REF);
+  const Outputs got = run(c, in, SC_BACKEND_CUDA);
+  std::string why = compare(c, got, ref);
+  if (!ref.ok()) why += "oracle: " + ref.problems();
+  return why;
+}
+
+#define EXPECT_CASE(c)                                   \
+  do {                                                   \
+    const Case cc_ = (c);                                \
+    const std::string why_ = check_case(cc_);            \
+    EXPECT_TRUE(why_.empty()) << cc_.describe() << "\n  " << why_; \
+  } while (0)
+
+Case base(sc_dtype dt, int W, int64_t B, int64_t T, int64_t D) {
+  Case c;
+  c.act_dtype = c.param_dtype = c.state_dtype = dt;
+  c.W = W;
+  c.B = B;
+  c.T = T;
+  c.D = D;
+  c.h0 = c.ht = c.dht = true;
+  c.want_dh0 = true;
+  c.residual = true;
+  return c;
+}
+
+// W > 16: the general path, dense and packed, with states and odd S.
+TEST(Cuda, GeneralPathWide) {
+  REQUIRE_GPU();
+  for (int W : {17, 24, 33})
+    for (sc_dtype dt : {SC_F32, SC_F64, SC_BF16}) {
+      Case c = base(dt, W, 2, 3 * W + 5, 5);
+      c.S = W + 2;
+      EXPECT_CASE(c);
+      Case p = c;
+      p.packed = true;
+      p.lengths = {0, W - 2, 1, 2 * W + 3, 0, W};
+      p.tile_t = 7;
+      EXPECT_CASE(p);
+    }
+}
+
+// Vector token-major path over many blocks: D a multiple of every vector
+// width, long rows, automatic and forced tiles, all widths of the fast paths.
+TEST(Cuda, TokenMajorVectorSizes) {
+  REQUIRE_GPU();
+  for (sc_dtype dt : {SC_BF16, SC_F16, SC_F32})
+    for (int W : {1, 2, 4, 5, 8, 12, 16})
+      for (int64_t tile : {0, 1, 3, 64}) {
+        Case c = base(dt, W, 3, 203, 64);
+        c.act = (W % 2) ? SC_ACT_NONE : SC_ACT_SILU;
+        c.tile_t = tile;
+        EXPECT_CASE(c);
+      }
+}
+
+// Packed batches on the vector path: zero-length sequences, sequences
+// shorter than W and than S, tiles spanning several sequences.
+TEST(Cuda, PackedVector) {
+  REQUIRE_GPU();
+  for (int W : {2, 4, 7})
+    for (int64_t tile : {0, 2, 5, 100}) {
+      Case c = base(SC_BF16, W, 1, 0, 32);
+      c.packed = true;
+      c.lengths = {0, 0, 1, W - 1, 37, 0, W, 130, 2, 0};
+      c.S = W + 1;
+      c.tile_t = tile;
+      EXPECT_CASE(c);
+      c.pool = 12;
+      c.h0_index = {3, -1, 0, 5, 7, 11, 1, 2, -1, 4};
+      c.ht_index = {6, 8, -1, 9, 10, 3, 0, 1, 2, 5};
+      EXPECT_CASE(c);
+    }
+}
+
+// In-place decode on a pool: one token (and a few) per sequence.
+TEST(Cuda, InPlaceDecode) {
+  REQUIRE_GPU();
+  for (int64_t T : {1, 3}) {
+    Case c = base(SC_BF16, 4, 33, T, 64);
+    c.S = 4;
+    c.pool = 40;
+    c.h0_index.resize(33);
+    c.ht_index.resize(33);
+    for (int n = 0; n < 33; ++n) c.h0_index[size_t(n)] = c.ht_index[size_t(n)] = (n * 7) % 40;
+    c.in_place = true;
+    EXPECT_CASE(c);
+  }
+}
+
+// Channel-major path ([B, D, T] storage, T a multiple of the vector width).
+TEST(Cuda, ChannelMajor) {
+  REQUIRE_GPU();
+  for (sc_dtype dt : {SC_BF16, SC_F32, SC_F16})
+    for (int W : {1, 3, 4, 6, 16})
+      for (int64_t T : {8, 256, 1032})
+        for (int64_t tile : {0, 1, 300}) {
+          Case c = base(dt, W, 2, T, 6);
+          c.layout = Layout::channel_major;
+          c.tile_t = tile;
+          c.S = W + (T % 3);
+          EXPECT_CASE(c);
+        }
+}
+
+// Strided views (a q slice of a fused qkv), stride-0 dy, transposed states.
+TEST(Cuda, StridedViews) {
+  REQUIRE_GPU();
+  for (sc_dtype dt : {SC_BF16, SC_F64})
+    for (int W : {3, 4, 9}) {
+      Case c = base(dt, W, 2, 77, 24);
+      c.layout = Layout::strided;
+      c.state_transposed = true;
+      EXPECT_CASE(c);
+      c.dy_broadcast = true;
+      c.tile_d = 5;
+      EXPECT_CASE(c);
+    }
+}
+
+// Mixed dtype groups on the fast path.
+TEST(Cuda, DtypePairs) {
+  REQUIRE_GPU();
+  const sc_dtype all[] = {SC_F32, SC_F16, SC_BF16, SC_F64};
+  for (sc_dtype a : all)
+    for (sc_dtype p : all) {
+      Case c = base(a, 4, 2, 50, 16);
+      c.param_dtype = p;
+      c.state_dtype = all[(int(a) + int(p) + 1) % 4];
+      EXPECT_CASE(c);
+    }
+}
+
+// Bitwise identical outputs (dweight/dbias included) across repeated runs.
+TEST(Cuda, Deterministic) {
+  REQUIRE_GPU();
+  Case c = base(SC_BF16, 4, 4, 1000, 256);
+  c.param_dtype = SC_F32;
+  const Inputs in = make_inputs(c);
+  const Outputs a = run(c, in, SC_BACKEND_CUDA), b = run(c, in, SC_BACKEND_CUDA);
+  ASSERT_TRUE(a.ok()) << a.problems();
+  EXPECT_TRUE(bit_equal(a.y, b.y));
+  EXPECT_TRUE(bit_equal(a.dx, b.dx));
+  EXPECT_TRUE(bit_equal(a.dweight, b.dweight));
+  EXPECT_TRUE(bit_equal(a.dbias, b.dbias));
+  EXPECT_TRUE(bit_equal(a.dh0, b.dh0));
+}
+
+// The workspace size depends on shapes, dtypes and tiles, not on strides
+// or pointers (the caller may size it before the buffers exist).
+TEST(Cuda, WorkspaceIndependentOfLayout) {
+  REQUIRE_GPU();
+  Case c = base(SC_BF16, 4, 2, 300, 64);
+  Prepared tm(c, nullptr, SC_BACKEND_CUDA);
+  c.layout = Layout::channel_major;
+  Prepared cm(c, nullptr, SC_BACKEND_CUDA);
+  c.layout = Layout::strided;
+  Prepared st(c, nullptr, SC_BACKEND_CUDA);
+  EXPECT_EQ(tm.bwd_workspace_bytes(), cm.bwd_workspace_bytes());
+  EXPECT_EQ(tm.bwd_workspace_bytes(), st.bwd_workspace_bytes());
+  EXPECT_GT(tm.bwd_workspace_bytes(), 0u);
+  EXPECT_EQ(tm.fwd_workspace_bytes(), 0u);
+}
+
+#ifdef SHORTCONV_WITH_CUDA
+
+#define CU(x) ASSERT_EQ((x), cudaSuccess) << #x << ": " << cudaGetErrorString(x)
+
+// Forward + backward captured into a CUDA graph on a non-default stream,
+// replayed twice: equal to the oracle and to a direct run, bitwise.
+TEST(Cuda, GraphCapture) {
+  REQUIRE_GPU();
+  Case c = base(SC_BF16, 4, 2, 300, 64);
+  c.packed = true;
+  c.lengths = {0, 120, 3, 0, 177};
+  const Inputs in = make_inputs(c);
+  const Outputs ref = run(c, in, SC_BACKEND_REF);
+  const Outputs direct = run(c, in, SC_BACKEND_CUDA);
+  cudaStream_t s;
+  CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  Prepared p(c, &in, SC_BACKEND_CUDA);
+  p.set_stream(s);
+  p.poison_outputs();
+  CU(cudaDeviceSynchronize());
+  cudaGraph_t g;
+  CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  std::string e1, e2;
+  const sc_status f = p.forward(&e1);
+  const sc_status b = p.backward(&e2);
+  CU(cudaStreamEndCapture(s, &g));
+  ASSERT_EQ(f, SC_OK) << e1;
+  ASSERT_EQ(b, SC_OK) << e2;
+  cudaGraphExec_t ge;
+  CU(cudaGraphInstantiate(&ge, g, 0));
+  for (int rep = 0; rep < 2; ++rep) {
+    CU(cudaGraphLaunch(ge, s));
+    CU(cudaStreamSynchronize(s));
+    const Outputs got = p.fetch(kBoth);
+    const std::string why = compare(c, got, ref);
+    EXPECT_TRUE(why.empty()) << why;
+    EXPECT_TRUE(bit_equal(got.y, direct.y));
+    EXPECT_TRUE(bit_equal(got.dx, direct.dx));
+    EXPECT_TRUE(bit_equal(got.dweight, direct.dweight));
+    EXPECT_TRUE(bit_equal(got.dh0, direct.dh0));
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+}
+
+// 64-bit offsets: x of [1, 2^19 + 64, 4096] bf16 (> 2^31 elements), forward
+// and backward; rows around element 2^31 and at the end checked against a
+// float64 computation on the host.
+TEST(Cuda, Over2Pow31Elements) {
+  REQUIRE_GPU();
+  const int64_t T = (int64_t(1) << 19) + 64, D = 4096, W = 4;
+  const int64_t numel = T * D;
+  ASSERT_GT(numel, int64_t(1) << 31);
+  size_t free_b = 0, total_b = 0;
+  CU(cudaMemGetInfo(&free_b, &total_b));
+  if (free_b < size_t(numel) * 2 * 4 + (size_t(1) << 30)) GTEST_SKIP() << "not enough device memory";
+  const int64_t P = 1000003;  // pattern period (prime: not aligned to rows)
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> uni(0.25, 1.0);
+  auto pattern = [&]() {
+    std::vector<uint16_t> v(static_cast<size_t>(P));
+    for (auto& e : v) e = shortconv::f32_to_bf16(float(uni(rng) * (rng() % 2 ? 1 : -1)));
+    return v;
+  };
+  const std::vector<uint16_t> px = pattern(), pg = pattern();
+  std::vector<float> w(static_cast<size_t>(D * W)), bias(static_cast<size_t>(D));
+  for (auto& e : w) e = float(uni(rng) - 0.6);
+  for (auto& e : bias) e = float(uni(rng) - 0.6);
+  void *x, *y, *dy, *dx, *dw, *db, *dw_ws, *ws;
+  const size_t bytes = size_t(numel) * 2;
+  CU(cudaMalloc(&x, bytes));
+  CU(cudaMalloc(&y, bytes));
+  CU(cudaMalloc(&dw, size_t(D * W) * 4));
+  CU(cudaMalloc(&db, size_t(D) * 4));
+  CU(cudaMemcpy(dw, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+  CU(cudaMemcpy(db, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
+  auto fill = [&](void* dst, const std::vector<uint16_t>& pat) {
+    for (int64_t o = 0; o < numel; o += P)
+      ASSERT_EQ(cudaMemcpy(static_cast<uint16_t*>(dst) + o, pat.data(),
+                           size_t(std::min(P, numel - o)) * 2, cudaMemcpyHostToDevice),
+                cudaSuccess);
+  };
+  fill(x, px);
+  sc_conv_args a = shortconv::conv_args();
+  a.width = int(W);
+  a.activation = SC_ACT_SILU;
+  a.x = shortconv::tensor(x, SC_BF16, {1, T, D});
+  a.weight = shortconv::tensor(dw, SC_F32, {D, W});
+  a.bias = shortconv::tensor(db, SC_F32, {D});
+  a.y = shortconv::tensor(y, SC_BF16, {1, T, D});
+  a.exec.backend = SC_BACKEND_CUDA;
+  ASSERT_NO_THROW(shortconv::forward(a));
+  CU(cudaDeviceSynchronize());
+  auto xv = [&](int64_t t, int64_t d) -> double {
+    return t < 0 ? 0.0 : shortconv::bf16_to_f32(px[size_t((t * D + d) % P)]);
+  };
+  auto gv = [&](int64_t t, int64_t d) -> double {
+    return shortconv::bf16_to_f32(pg[size_t((t * D + d) % P)]);
+  };
+  auto pre = [&](int64_t t, int64_t d) {
+    double s = bias[size_t(d)];
+    for (int64_t k = 0; k < W; ++k) s += w[size_t(d * W + k)] * xv(t - (W - 1) + k, d);
+    return s;
+  };
+  const std::vector<int64_t> rows = {(int64_t(1) << 19) - 2, int64_t(1) << 19, T - 3, T - 1};
+  auto check_rows = [&](void* buf, auto expect, const char* what) {
+    double num = 0, den = 0;
+    std::vector<uint16_t> got(static_cast<size_t>(D));
+    for (int64_t t : rows) {
+      ASSERT_EQ(cudaMemcpy(got.data(), static_cast<uint16_t*>(buf) + t * D, size_t(D) * 2,
+                           cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int64_t d = 0; d < D; ++d) {
+        const double r = expect(t, d), g = shortconv::bf16_to_f32(got[size_t(d)]);
+        num += (g - r) * (g - r);
+        den += r * r;
+      }
+    }
+    EXPECT_LE(std::sqrt(num / den), 1e-2) << what;
+  };
+  check_rows(y, [&](int64_t t, int64_t d) {
+    const double z = pre(t, d);
+    return z / (1 + std::exp(-z));
+  }, "y");
+  // backward: dx over the same buffers (y's memory reused as dy)
+  fill(y, pg);
+  dy = y;
+  CU(cudaMalloc(&dx, bytes));
+  a.y = sc_tensor{};
+  a.dy = shortconv::tensor(dy, SC_BF16, {1, T, D});
+  a.dx = shortconv::tensor(dx, SC_BF16, {1, T, D});
+  CU(cudaMalloc(&dw_ws, size_t(D * W) * 4));
+  a.dweight = shortconv::tensor(dw_ws, SC_F32, {D, W});
+  const size_t wsb = shortconv::backward_workspace_size(a);
+  CU(cudaMalloc(&ws, wsb ? wsb : 1));
+  a.exec.workspace = ws;
+  a.exec.workspace_bytes = wsb;
+  ASSERT_NO_THROW(shortconv::backward(a));
+  CU(cudaDeviceSynchronize());
+  auto dpre = [&](int64_t t, int64_t d) {
+    if (t >= T) return 0.0;
+    const double z = pre(t, d), s = 1 / (1 + std::exp(-z));
+    return gv(t, d) * s * (1 + z * (1 - s));
+  };
+  check_rows(dx, [&](int64_t t, int64_t d) {
+    double v = 0;
+    for (int64_t k = 0; k < W; ++k) v += w[size_t(d * W + k)] * dpre(t + (W - 1) - k, d);
+    return v;
+  }, "dx");
+  for (void* p : {x, y, dx, dw, db, dw_ws, ws}) cudaFree(p);
+}
+
+#endif  // SHORTCONV_WITH_CUDA
+
+}  // namespace
