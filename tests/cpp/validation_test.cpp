@@ -241,10 +241,27 @@ std::vector<Row> rows() {
   add("x dtype 42", DENSE, BOTH, [](Case& c) { c.a.x.dtype = 42; }, {"x"});
   add("x dtype -1", DENSE, BOTH, [](Case& c) { c.a.x.dtype = -1; }, {"x"});
   add("x negative shape", DENSE, BOTH, [](Case& c) { c.a.x.shape[1] = -1; }, {"x"});
+  add("negative T in every activation tensor", DENSE, BOTH,
+      [](Case& c) {
+        for (sc_tensor* t : {&c.a.x, &c.a.residual, &c.a.y, &c.a.dy, &c.a.dx}) t->shape[1] = -1;
+      },
+      {"x"});
+  add("negative D everywhere", DENSE, BOTH,
+      [](Case& c) {
+        for (sc_tensor* t : {&c.a.x, &c.a.residual, &c.a.y, &c.a.dy, &c.a.dx}) t->shape[2] = -1;
+        for (sc_tensor* t : {&c.a.initial_state, &c.a.final_state, &c.a.dfinal_state,
+                             &c.a.dinitial_state})
+          t->shape[1] = -1;
+        c.a.weight.shape[0] = c.a.dweight.shape[0] = c.a.bias.shape[0] = c.a.dbias.shape[0] = -1;
+      },
+      {"x"});
   add("x negative stride", DENSE, BOTH, [](Case& c) { c.a.x.stride[1] = -kD; }, {"x"});
   add("x NULL data", DENSE, BOTH, [](Case& c) { c.a.x.data = nullptr; }, {"x"});
   add("x element count overflows", DENSE, BOTH,
       [](Case& c) { c.a.x.shape[0] = kBig; c.a.x.shape[1] = kBig; }, {"x"});
+  add("x element count overflows, broadcast (offset fits)", DENSE, BOTH,
+      [](Case& c) { c.a.x.shape[0] = kBig; c.a.x.shape[1] = kBig;
+                    c.a.x.stride[0] = 0; c.a.x.stride[1] = 0; }, {"x"});
   add("x largest offset overflows", DENSE, BOTH,
       [](Case& c) { c.a.x.stride[0] = kBig; c.a.x.stride[1] = kBig; }, {"x"});
   add("x largest offset is INT64_MAX", DENSE, BOTH,
