@@ -172,3 +172,22 @@ def test_no_grad_and_inference_mode():
             y2, _ = shortconv.causal_conv1d(p["x"], p["weight"], p["bias"],
                                             initial_state=p["initial_state"])
         assert torch.equal(y, y2)
+
+
+def test_thread_count_does_not_change_results():
+    # exec.num_threads follows torch.get_num_threads(); results never depend on it
+    p = make_problem(B=3, T=300, D=40, W=4, dtype=torch.float32, residual=True, seed=13,
+                     requires_grad=True)
+    names = ["x", "weight", "bias", "residual", "initial_state"]
+    before = torch.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            y, ht = shortconv.causal_conv1d(*[p[k] for k in names], True, "silu")
+            outs.append((y, ht) + torch.autograd.grad([y, ht], [p[k] for k in names],
+                                                       [torch.ones_like(y), torch.ones_like(ht)]))
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)

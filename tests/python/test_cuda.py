@@ -1,0 +1,258 @@
+"""CUDA tensors: the CUDA backend through the package (skipped without a GPU).
+
+Checked against the float64 reference on the CPU; on torch's current stream;
+CUDA-graph replay and torch.compile (inductor, reduce-overhead) equal to eager.
+"""
+import pytest
+import torch
+
+import shortconv
+from shortconv.reference import causal_conv1d_ref
+
+from helpers import assert_close, lengths_to_cu, make_problem
+
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+    pytest.mark.skipif(torch.cuda.is_available() and not shortconv.has_backend("cuda"),
+                       reason="libshortconv was built without the CUDA backend"),
+]
+
+NAMES = ("x", "weight", "bias", "residual", "initial_state")
+
+
+def to_cuda(p, dtype, requires_grad=False):
+    q = dict(p)
+    for k in NAMES:
+        if p[k] is not None:
+            q[k] = p[k].detach().to("cuda", dtype).requires_grad_(requires_grad)
+    if p["cu_seqlens"] is not None:
+        q["cu_seqlens"] = p["cu_seqlens"].cuda()
+    return q
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("S_extra", [-1, 0, 2])
+def test_matches_reference(dtype, packed, S_extra):
+    W = 4
+    p = make_problem(B=3, T=37, D=80, W=W, S=W + S_extra,
+                     lengths=[5, 0, 33, 1, 70] if packed else None, residual=True, seed=80)
+    q = to_cuda(p, dtype, requires_grad=True)
+    y, ht = shortconv.causal_conv1d(*[q[k] for k in NAMES], True, "silu",
+                                    cu_seqlens=q["cu_seqlens"], state_len=q["state_len"])
+    assert y.is_cuda and ht.is_cuda
+    g = torch.Generator().manual_seed(81)
+    dy = torch.randn(y.shape, generator=g, dtype=torch.float64).to(dtype)
+    dht = torch.randn(ht.shape, generator=g, dtype=torch.float64).to(dtype)
+    grads = torch.autograd.grad([y, ht], [q[k] for k in NAMES], [dy.cuda(), dht.cuda()])
+
+    ref_in = [q[k].detach().cpu().double().requires_grad_() for k in NAMES]
+    yr, htr = causal_conv1d_ref(*ref_in, True, "silu", cu_seqlens=p["cu_seqlens"],
+                                state_len=p["state_len"])
+    ref_grads = torch.autograd.grad([yr, htr], ref_in, [dy.double(), dht.double()])
+    assert_close(y, yr, dtype, what="y")
+    assert torch.equal(ht.cpu().double(), htr)
+    for k, a, b in zip(NAMES, grads, ref_grads):
+        assert_close(a, b, dtype, what="d" + k)
+
+
+def test_strided_inputs_on_cuda():
+    B, T, D, W = 2, 50, 64, 4
+    qkv = torch.randn(B, T, 3 * D, device="cuda")
+    w = torch.randn(D, W, device="cuda")
+    k = qkv[:, :, D:2 * D]
+    y, _ = shortconv.causal_conv1d(k, w, activation="silu")
+    yr, _ = causal_conv1d_ref(k.double().cpu(), w.double().cpu(), activation="silu")
+    assert_close(y, yr, torch.float32)
+
+
+def test_runs_on_the_current_stream():
+    p = make_problem(B=2, T=300, D=256, W=4, seed=82)
+    q = to_cuda(p, torch.float32)
+    y0, h0 = shortconv.causal_conv1d(q["x"], q["weight"], q["bias"], initial_state=q["initial_state"],
+                                     output_final_state=True, activation="silu")
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        x = q["x"] * 1.0  # produced on s: the op must be ordered after it on s
+        y1, h1 = shortconv.causal_conv1d(x, q["weight"], q["bias"], initial_state=q["initial_state"],
+                                         output_final_state=True, activation="silu")
+    s.synchronize()
+    assert torch.equal(y0, y1) and torch.equal(h0, h1)
+
+
+def test_device_mismatch_is_an_error():
+    x = torch.randn(1, 4, 8, device="cuda")
+    with pytest.raises(ValueError, match=r"weight is on cpu but x is on cuda"):
+        shortconv.causal_conv1d(x, torch.randn(8, 4))
+    with pytest.raises(ValueError, match=r"cu_seqlens is on cpu"):
+        shortconv.causal_conv1d(x, torch.randn(8, 4, device="cuda"),
+                                cu_seqlens=torch.tensor([0, 4], dtype=torch.int32))
+
+
+def test_no_memory_leak_and_deterministic():
+    p = make_problem(B=2, T=200, D=128, W=4, seed=83)
+    q = to_cuda(p, torch.bfloat16, requires_grad=True)
+    args = [q["x"], q["weight"], q["bias"], None, q["initial_state"]]
+
+    def step():
+        y, ht = shortconv.causal_conv1d(*args, True, "silu")
+        return torch.autograd.grad([y, ht], [q["x"], q["weight"], q["bias"], q["initial_state"]],
+                                   [torch.ones_like(y), torch.ones_like(ht)])
+
+    first = step()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    for _ in range(5):
+        again = step()
+        for a, b in zip(first, again):
+            assert torch.equal(a, b), "results must be bitwise identical run to run"
+        del again
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == base
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_tensors_on_a_non_current_device():
+    p = make_problem(B=2, T=40, D=32, W=3, seed=84)
+    q0 = to_cuda(p, torch.float32)
+    y0, _ = shortconv.causal_conv1d(q0["x"], q0["weight"], q0["bias"], activation="silu")
+    x1, w1, b1 = (t.to("cuda:1") for t in (q0["x"], q0["weight"], q0["bias"]))
+    with torch.cuda.device(0):
+        y1, _ = shortconv.causal_conv1d(x1, w1, b1, activation="silu")
+    assert y1.device == torch.device("cuda:1")
+    assert torch.equal(y0.cpu(), y1.cpu())
+
+
+# ---- CUDA graphs ---------------------------------------------------------------------
+def _warmup(fn, n=3):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(n):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_cuda_graph_forward_backward_replay(packed):
+    W = 4
+    lengths = [7, 0, 30, 3]
+    p = make_problem(B=2, T=40, D=96, W=W, lengths=lengths if packed else None, seed=85)
+    q = to_cuda(p, torch.float32, requires_grad=True)
+    leaves = [q["x"], q["weight"], q["bias"], q["initial_state"]]
+    cu = q["cu_seqlens"]
+    N = len(lengths) if packed else 2
+    dy = torch.randn(q["x"].shape, device="cuda")
+    dht = torch.randn(N, 96, W, device="cuda")
+
+    def fn():
+        y, ht = shortconv.causal_conv1d(q["x"], q["weight"], q["bias"],
+                                        initial_state=q["initial_state"], output_final_state=True,
+                                        activation="silu", cu_seqlens=cu)
+        return (y, ht) + torch.autograd.grad([y, ht], leaves, [dy, dht])
+
+    _warmup(fn)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_out = fn()
+    for trial in range(2):
+        with torch.no_grad():
+            for t in leaves + [dy, dht]:
+                t.copy_(torch.randn_like(t))
+        g.replay()
+        torch.cuda.synchronize()
+        eager = fn()
+        for a, b in zip(static_out, eager):
+            assert torch.equal(a, b), "replay must equal eager (trial %d)" % trial
+
+
+def test_cuda_graph_decode_replay():
+    D, W, P = 64, 4, 6
+    g0 = torch.Generator().manual_seed(86)
+    pool = torch.randn(P, D, W - 1, generator=g0).cuda()
+    pool_eager = pool.clone()
+    w = torch.randn(D, W, generator=g0).cuda()
+    b = torch.randn(D, generator=g0).cuda()
+    idx = torch.tensor([4, -1, 0, 2], device="cuda")
+    xt = torch.randn(4, D, device="cuda")
+
+    def step(cache):
+        return shortconv.causal_conv1d_update(xt, cache, weight=w, bias=b, activation="silu",
+                                              cache_indices=idx)[0]
+
+    scratch = pool.clone()
+    _warmup(lambda: step(scratch))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y_static = step(pool)
+    # capture does not run the kernels; each replay is one decode step
+    for _ in range(4):
+        xt.copy_(torch.randn_like(xt))
+        g.replay()
+        y_eager = step(pool_eager)
+        torch.cuda.synchronize()
+        assert torch.equal(y_static, y_eager)
+        assert torch.equal(pool, pool_eager)
+
+
+# ---- torch.compile -------------------------------------------------------------------
+@pytest.mark.skipif(not shortconv.HAS_CUSTOM_OPS, reason="custom ops need torch >= 2.4")
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_compile_inductor_matches_eager(mode):
+    torch._dynamo.reset()
+    p = make_problem(B=2, T=64, D=128, W=4, residual=True, seed=87)
+    q = to_cuda(p, torch.bfloat16, requires_grad=True)
+    leaves = [q[k] for k in NAMES]
+
+    def f(x, w, b, r, h0):
+        y, ht = shortconv.causal_conv1d(torch.tanh(x), w, b, r, h0, True, "silu")
+        return (y.float() ** 2).sum() + ht.float().sum()
+
+    cf = torch.compile(f, fullgraph=True, mode=mode)
+    for _ in range(3):  # reduce-overhead records the CUDA graph on a later call
+        lc = cf(*leaves)
+        gc = torch.autograd.grad(lc, leaves)
+    le = f(*leaves)
+    ge = torch.autograd.grad(le, leaves)
+    assert_close(lc, le, torch.bfloat16, what="loss")
+    for k, a, b in zip(NAMES, gc, ge):
+        assert_close(a, b, torch.bfloat16, what="d" + k)
+
+
+@pytest.mark.skipif(not shortconv.HAS_CUSTOM_OPS, reason="custom ops need torch >= 2.4")
+def test_compile_decode_with_pool():
+    torch._dynamo.reset()
+    D, W = 32, 4
+    w = torch.randn(D, W, device="cuda")
+    pool_c = torch.randn(5, D, W, device="cuda")
+    pool_e = pool_c.clone()
+    idx = torch.tensor([3, 0, -1], device="cuda", dtype=torch.int32)
+
+    def step(x, pool):
+        y, _ = shortconv.causal_conv1d_update(x, pool, weight=w, activation="silu",
+                                              cache_indices=idx)
+        return y * 2
+
+    cstep = torch.compile(step, fullgraph=True)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(3, D, device="cuda")
+            assert torch.equal(cstep(x, pool_c), step(x, pool_e))
+            assert torch.equal(pool_c, pool_e)
+
+
+def test_module_packed_on_cuda():
+    torch.manual_seed(88)
+    m = shortconv.ShortConvolution(48, 4, bias=True, activation="silu").cuda()
+    x = torch.randn(1, 20, 48, device="cuda", requires_grad=True)
+    cu = lengths_to_cu([5, 15], device="cuda")
+    y, ht = m(x, cu_seqlens=cu, output_final_state=True)
+    yr, htr = causal_conv1d_ref(x.detach().double().cpu(), m.weight[:, 0].detach().double().cpu(),
+                                m.bias.detach().double().cpu(), activation="silu",
+                                cu_seqlens=cu.cpu(), output_final_state=True)
+    assert_close(y, yr, torch.float32)
+    assert torch.equal(ht.double().cpu(), htr)
+    y.sum().backward()
+    assert m.weight.grad is not None and x.grad is not None
