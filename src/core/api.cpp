@@ -1,5 +1,6 @@
 // The C ABI: validate once, check the workspace, hand the Problem to a backend.
 #include <cstring>
+#include <exception>
 
 #include "core/backend.hpp"
 #include "core/problem.hpp"
@@ -15,6 +16,20 @@ size_t workspace_for(const Problem& p) {
     case SC_BACKEND_CUDA: return cuda::workspace_bytes(p);
 #endif
     default: return cpu::workspace_bytes(p);
+  }
+}
+
+// No C++ exception may cross the C ABI (it would terminate the caller): a
+// failed allocation inside a backend (the oracle's std::vector scratch) or in
+// validation's message formatting comes back as SC_ERR_BACKEND.
+template <class F>
+sc_status guarded(sc_error* err, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return fail(err, SC_ERR_BACKEND, "internal error: %s", e.what());
+  } catch (...) {
+    return fail(err, SC_ERR_BACKEND, "internal error: unknown exception");
   }
 }
 
@@ -59,17 +74,23 @@ void sc_conv_args_init(sc_conv_args* args) {
 }
 
 sc_status sc_forward_workspace_size(const sc_conv_args* args, size_t* bytes, sc_error* err) {
-  return workspace_size(args, Dir::fwd, bytes, err);
+  return guarded(err, [&] { return workspace_size(args, Dir::fwd, bytes, err); });
 }
 sc_status sc_backward_workspace_size(const sc_conv_args* args, size_t* bytes, sc_error* err) {
-  return workspace_size(args, Dir::bwd, bytes, err);
+  return guarded(err, [&] { return workspace_size(args, Dir::bwd, bytes, err); });
 }
-sc_status sc_forward(const sc_conv_args* args, sc_error* err) { return run(args, Dir::fwd, err); }
-sc_status sc_backward(const sc_conv_args* args, sc_error* err) { return run(args, Dir::bwd, err); }
+sc_status sc_forward(const sc_conv_args* args, sc_error* err) {
+  return guarded(err, [&] { return run(args, Dir::fwd, err); });
+}
+sc_status sc_backward(const sc_conv_args* args, sc_error* err) {
+  return guarded(err, [&] { return run(args, Dir::bwd, err); });
+}
 
 sc_status sc_validate(const sc_conv_args* args, int backward, sc_error* err) {
-  Problem p;
-  return validate(args, backward ? Dir::bwd : Dir::fwd, &p, err);
+  return guarded(err, [&] {
+    Problem p;
+    return validate(args, backward ? Dir::bwd : Dir::fwd, &p, err);
+  });
 }
 
 const char* sc_status_string(sc_status status) {

@@ -12,6 +12,8 @@
 // state update, broadcast inputs, NULL data of empty tensors) succeed and give
 // the values docs/semantics.md defines.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -607,6 +609,36 @@ TEST(Validation, NullArguments) {
   EXPECT_TRUE(names(err.message, "bytes")) << err.message;
   EXPECT_EQ(sc_backward_workspace_size(&c->a, nullptr, nullptr), SC_ERR_INVALID_ARGUMENT);
   sc_conv_args_init(nullptr);  // documented as harmless
+}
+
+// A valid but enormous problem (D = 2^40 through a broadcast weight, T = 0)
+// makes the oracle's std::vector scratch throw std::bad_alloc; no C++
+// exception may cross the C ABI, so the call must return SC_ERR_BACKEND.
+// Run in a child with an alarm (no hang) and an address-space limit (no
+// memory exhaustion where overcommit would let the allocation succeed).
+TEST(Validation, NoExceptionCrossesTheAbi) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan reports huge allocations itself";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto child = [] {
+    alarm(20);
+    rlimit lim{size_t(16) << 30, size_t(16) << 30};
+    setrlimit(RLIMIT_AS, &lim);
+    static float w[2] = {1.0f, 2.0f};
+    const int64_t D = int64_t(1) << 40;
+    sc_conv_args a = shortconv::conv_args();
+    a.width = 2;
+    a.exec.backend = SC_BACKEND_REF;
+    a.x = shortconv::tensor(nullptr, SC_F32, {1, 0, D});
+    a.weight = shortconv::tensor(w, SC_F32, {D, 2}, {0, 1});
+    sc_error err;
+    const sc_status st = sc_backward(&a, &err);
+    std::fprintf(stderr, "status %d: %s\n", int(st), err.message);
+    std::_Exit(int(st));
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(SC_ERR_BACKEND), "internal error");
+#endif
 }
 
 // The workspace: ask for the size; when the backend needs one, one byte less
