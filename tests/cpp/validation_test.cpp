@@ -404,9 +404,14 @@ std::vector<Row> rows() {
       [](Case& c) { c.a.dfinal_state.dtype = SC_F16; }, {"dfinal_state"});
   add("state dtype group: dinitial_state bf16", DENSE, BWD,
       [](Case& c) { c.a.dinitial_state.dtype = SC_BF16; }, {"dinitial_state"});
-  add("state dtype group: initial_state f64", DENSE, BOTH,
-      [](Case& c) { c.a.initial_state.dtype = SC_F64; },
-      {});  // names final_state (fwd) / dfinal_state (bwd): checked by the rows above
+  // initial_state sets the group's dtype; the first other state tensor is named
+  add("state dtype group: initial_state f64 (fwd)", DENSE, FWD,
+      [](Case& c) { c.a.initial_state.dtype = SC_F64; }, {"final_state"});
+  add("state dtype group: initial_state f64 (bwd)", DENSE, BWD,
+      [](Case& c) { c.a.initial_state.dtype = SC_F64; }, {"dfinal_state"});
+  add("state dtype group: pools bf16, dfinal_state f32", PACKED, BWD,
+      [](Case& c) { c.a.initial_state.dtype = c.a.dinitial_state.dtype = SC_BF16; },
+      {"dfinal_state"});
   add("dense state pool without indices", PACKED, BOTH,
       [](Case& c) { c.a.initial_state_indices.ndim = 0; }, {"initial_state"});
   add("final pool without indices", PACKED, FWD, [](Case& c) { c.a.final_state_indices.ndim = 0; },
