@@ -21,75 +21,105 @@
 // with its own halo).  A backward piece recomputes pre/dpre for the W-1 rows
 // after te (never writes them), so any tile_t >= 1 gives the same sums.
 //
-// Loop order: vector columns of L channels outside, time inside.  The window
-// of the last W inputs (and, backward, of the last W dpre) then lives in
-// registers for W <= 4 (template WT), and every input element is loaded once
-// per piece plus the halo.  Sums over k are always taken in increasing k, so
-// the generic-W path and the register path round identically.
+// Loop order: time rows outside, vectors of L channels inside, so each tile
+// row is one contiguous run per tensor and every cache line is consumed once.
+// The last W inputs (and, backward, the last W dpre) of every channel of the
+// tile sit in small rings [W][tile_d] (stack, or workspace when large); the
+// slot of time position q is (q - tb + W - 1) mod W.  WT > 0 fixes W at
+// compile time (W <= 4: loops unroll, weights stay in registers).  Sums over
+// k are always taken in increasing k.
 
-template <class O, int WT, class XT, bool SILU>
-void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int64_t d1,
-               typename O::V* scr) {
+// Prefetch the element `rows` rows ahead in the same column: a tile row is
+// only tile_d channels wide, and with row strides of >= 4 KiB every row
+// starts a new page, where the hardware prefetchers stop.
+constexpr int64_t kPrefetchRows = 2;
+template <class XT>
+inline void prefetch(const XT* p, int64_t row_stride, int write) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + uintptr_t(kPrefetchRows * row_stride) * sizeof(XT);
+  if (write) __builtin_prefetch(reinterpret_cast<const void*>(a), 1, 3);
+  else __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 3);
+}
+
+// ring slot + k, modulo W (slot < W, k < W)
+inline int ring_slot(int slot, int k, int W) {
+  const int s = slot + k;
+  return s >= W ? s - W : s;
+}
+
+template <class O, int WT, class XT>
+inline void fill_x_ring(const Ctx& c, int64_t n, int64_t tb, int64_t d0, int64_t d1,
+                        typename O::A* ring) {
   using V = typename O::V;
   using A = typename O::A;
   constexpr int L = O::L;
   const Problem& p = *c.p;
   const int W = WT ? WT : p.W;
-  const int64_t Dp = c.plan->Dp;
-  const A* wT = static_cast<const A*>(c.wT);    // [W][Dp]
-  const A* bias = static_cast<const A*>(c.bias);  // [Dp]
+  const int64_t Dp = c.plan->Dp, td = c.plan->tile_d;
   const A* halo = c.halo ? static_cast<const A*>(c.halo) + n * (W - 1) * Dp : nullptr;  // [W-1][Dp]
-  // x, residual, y: [B, T, D] views; rows of sequence n start at *_base
-  const XT* x = p.x.ptr<const XT>() + seq_base(p, p.x, n);
+  const XT* x = p.x.ptr<const XT>() + seq_base(p, p.x, n);  // x: rows of sequence n
   const int64_t xst = p.x.stride[1], xsd = p.x.stride[2];
-  XT* y = p.y.ptr<XT>() + seq_base(p, p.y, n);
-  const int64_t yst = p.y.stride[1], ysd = p.y.stride[2];
-  const XT* res = p.residual ? p.residual.ptr<const XT>() + seq_base(p, p.residual, n) : nullptr;
-  const int64_t rst = p.residual.stride[1], rsd = p.residual.stride[2];
-
-  V w_reg[WT ? WT : 1], u_reg[WT ? WT : 1];
-  V* w = WT ? w_reg : scr;      // w[k]: weight tap k for this column
-  V* u = WT ? u_reg : scr + W;  // u[k]: input at t-(W-1)+k
-  for (int64_t d = d0; d < d1; d += L) {
-    const int nl = int(std::min<int64_t>(L, d1 - d));
-    for (int k = 0; k < W; ++k) w[k] = O::load(wT + k * Dp + d);
-    const V b = O::load(bias + d);
-    for (int i = 0; i < W - 1; ++i) {
-      const int64_t pos = tb - (W - 1) + i;
-      u[i] = pos >= 0 ? load_lanes<O>(x + pos * xst + d * xsd, xsd, nl)
-                      : (halo ? O::load(halo + (W - 1 + pos) * Dp + d) : O::zero());
-    }
-    for (int64_t t = tb; t < te; ++t) {
-      u[W - 1] = load_lanes<O>(x + t * xst + d * xsd, xsd, nl);
-      V acc = b;
-      for (int k = 0; k < W; ++k) acc = O::fma(w[k], u[k], acc);
-      V out = SILU ? silu<O>(acc) : acc;
-      if (res) out = out + load_lanes<O>(res + t * rst + d * rsd, rsd, nl);
-      store_lanes<O>(y + t * yst + d * ysd, ysd, nl, out);
-      for (int k = 0; k < W - 1; ++k) u[k] = u[k + 1];
+  for (int i = 0; i < W - 1; ++i) {  // position tb-(W-1)+i goes to slot i
+    const int64_t pos = tb - (W - 1) + i;
+    for (int64_t j = 0; j < d1 - d0; j += L) {
+      const int nl = int(std::min<int64_t>(L, d1 - d0 - j));
+      const V v = pos >= 0 ? load_lanes<O>(x + pos * xst + (d0 + j) * xsd, xsd, nl)
+                           : (halo ? O::load(halo + (W - 1 + pos) * Dp + d0 + j) : O::zero());
+      O::store(ring + i * td + j, v);
     }
   }
 }
 
 template <class O, int WT, class XT, bool SILU>
-void fwd_tile(const Ctx& c, int64_t tile) {
-  const Plan& pl = *c.plan;
+void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int64_t d1,
+               typename O::A* ring) {
+  using V = typename O::V;
+  using A = typename O::A;
+  constexpr int L = O::L;
   const Problem& p = *c.p;
-  const int64_t chunk = tile / pl.n_dtiles, dt = tile % pl.n_dtiles;
-  const int64_t d0 = dt * pl.tile_d, d1 = std::min(d0 + pl.tile_d, p.D);
-  typename O::V stack_scr[WT ? 1 : TilePolicy::kMaxStackW * TilePolicy::kScratchPerW];
-  typename O::V* scr = stack_scr;
-  if (!WT && pl.ws_scratch)
-    scr = reinterpret_cast<typename O::V*>(static_cast<typename O::A*>(c.scr) +
-                                           tile * pl.scratch_elems);
-  for_each_piece(p, pl, chunk, [&](int64_t n, int64_t tb, int64_t te, int64_t) {
-    fwd_piece<O, WT, XT, SILU>(c, n, tb, te, d0, d1, scr);
-  });
+  const int W = WT ? WT : p.W;
+  const int64_t Dp = c.plan->Dp, td = c.plan->tile_d;
+  const A* wT = static_cast<const A*>(c.wT) + d0;      // [W][Dp], from channel d0
+  const A* bias = static_cast<const A*>(c.bias) + d0;  // [Dp], from channel d0
+  // x, residual, y: [B, T, D] views; *_ point at (token 0 of sequence n, channel d0)
+  const int64_t xst = p.x.stride[1], xsd = p.x.stride[2];
+  const XT* x_ = p.x.ptr<const XT>() + seq_base(p, p.x, n) + d0 * xsd;
+  const int64_t yst = p.y.stride[1], ysd = p.y.stride[2];
+  XT* y_ = p.y.ptr<XT>() + seq_base(p, p.y, n) + d0 * ysd;
+  const int64_t rst = p.residual.stride[1], rsd = p.residual.stride[2];
+  const XT* res_ = p.residual ? p.residual.ptr<const XT>() + seq_base(p, p.residual, n) + d0 * rsd : nullptr;
+  const int64_t nd = d1 - d0;
+
+  fill_x_ring<O, WT, XT>(c, n, tb, d0, d1, ring);  // ring: [W][td]
+  for (int64_t t = tb; t < te; ++t) {
+    const int base = int((t - tb) % W);            // slot of position t-(W-1)
+    const int cur = ring_slot(base, W - 1, W);     // slot of position t
+    const XT* xr = x_ + t * xst;
+    XT* yr = y_ + t * yst;
+    const XT* rr = res_ ? res_ + t * rst : nullptr;
+    const bool pf = t + kPrefetchRows < te;
+    for (int64_t j = 0; j < nd; j += L) {
+      const int nl = int(std::min<int64_t>(L, nd - j));
+      if (pf) {
+        prefetch(xr + j * xsd, xst, 0);
+        prefetch(yr + j * ysd, yst, 1);
+        if (rr) prefetch(rr + j * rsd, rst, 0);
+      }
+      const V xv = load_lanes<O>(xr + j * xsd, xsd, nl);
+      V acc = O::load(bias + j);
+      for (int k = 0; k < W - 1; ++k)
+        acc = O::fma(O::load(wT + k * Dp + j), O::load(ring + ring_slot(base, k, W) * td + j), acc);
+      acc = O::fma(O::load(wT + (W - 1) * Dp + j), xv, acc);
+      O::store(ring + cur * td + j, xv);
+      V out = SILU ? silu<O>(acc) : acc;
+      if (rr) out = out + load_lanes<O>(rr + j * rsd, rsd, nl);
+      store_lanes<O>(yr + j * ysd, ysd, nl, out);
+    }
+  }
 }
 
 template <class O, int WT, class XT, bool SILU>
 void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int64_t d0,
-               int64_t d1, typename O::A* part, typename O::V* scr) {
+               int64_t d1, typename O::A* part, typename O::A* ring) {
   using V = typename O::V;
   using A = typename O::A;
   constexpr int L = O::L;
@@ -97,99 +127,120 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
   const int W = WT ? WT : p.W;
   const int S = p.S, off = p.S - (W - 1);
   const int64_t Dp = c.plan->Dp, td = c.plan->tile_d;
-  const A* wT = static_cast<const A*>(c.wT);      // [W][Dp]
-  const A* bias = static_cast<const A*>(c.bias);  // [Dp]
-  const A* halo = c.halo ? static_cast<const A*>(c.halo) + n * (W - 1) * Dp : nullptr;  // [W-1][Dp]
-  // x, dy, dx: [B, T, D] views; rows of sequence n start at *_base
-  const XT* x = p.x.ptr<const XT>() + seq_base(p, p.x, n);
+  const A* wT = static_cast<const A*>(c.wT) + d0;      // [W][Dp], from channel d0
+  const A* bias = static_cast<const A*>(c.bias) + d0;  // [Dp], from channel d0
+  // x, dy, dx: [B, T, D] views; *_ point at (token 0 of sequence n, channel d0)
   const int64_t xst = p.x.stride[1], xsd = p.x.stride[2];
-  const XT* dy = p.dy ? p.dy.ptr<const XT>() + seq_base(p, p.dy, n) : nullptr;
+  const XT* x_ = p.x.ptr<const XT>() + seq_base(p, p.x, n) + d0 * xsd;
   const int64_t gst = p.dy.stride[1], gsd = p.dy.stride[2];
-  XT* dx = p.dx ? p.dx.ptr<XT>() + seq_base(p, p.dx, n) : nullptr;
+  const XT* dy_ = p.dy ? p.dy.ptr<const XT>() + seq_base(p, p.dy, n) + d0 * gsd : nullptr;
   const int64_t dxst = p.dx.stride[1], dxsd = p.dx.stride[2];
+  XT* dx_ = p.dx ? p.dx.ptr<XT>() + seq_base(p, p.dx, n) + d0 * dxsd : nullptr;
+  const int64_t nd = d1 - d0;
   const bool want_dh0 = p.dh0 && tb == 0;
-  const bool want_dw = part != nullptr;
-  // Rows whose dpre is needed: the piece, plus W-1 rows of look-ahead for dx.
-  const int64_t rend = dx ? std::min<int64_t>(te + W - 1, Ln)
-                          : std::max(te, want_dh0 ? std::min<int64_t>(W - 1, Ln) : 0);
+  const int64_t nh = std::min<int64_t>(W - 1, Ln);  // dpre rows that reach h0
+  // Rows whose dpre is needed: the piece, W-1 rows of look-ahead for dx, and
+  // (first piece) the rows that reach h0.
+  const int64_t rend = dx_ ? std::min<int64_t>(te + W - 1, Ln) : std::max(te, want_dh0 ? nh : 0);
 
-  V w_reg[WT ? WT : 1], u_reg[WT ? WT : 1], g_reg[WT ? WT : 1], dw_reg[WT ? WT : 1],
-      head_reg[WT ? WT : 1];
-  V* w = WT ? w_reg : scr;             // weight taps
-  V* u = WT ? u_reg : scr + W;         // u[k]: x at r-(W-1)+k
-  V* g = WT ? g_reg : scr + 2 * W;     // g[k]: dpre at r-(W-1)+k
-  V* dw = WT ? dw_reg : scr + 3 * W;   // partial dweight
-  V* head = WT ? head_reg : scr + 4 * W;  // dpre[0..W-2] for dh0
+  A* xring = ring;           // [W][td] x window
+  A* gring = ring + W * td;  // [W][td] dpre window, same slots as xring
+  fill_x_ring<O, WT, XT>(c, n, tb, d0, d1, xring);
 
-  for (int64_t d = d0; d < d1; d += L) {
-    const int nl = int(std::min<int64_t>(L, d1 - d));
-    for (int k = 0; k < W; ++k) {
-      w[k] = O::load(wT + k * Dp + d);
-      g[k] = O::zero();
-      dw[k] = O::zero();
-      head[k] = O::zero();
-    }
-    V db = O::zero();
-    const V b = O::load(bias + d);
-    for (int i = 0; i < W - 1; ++i) {
-      const int64_t pos = tb - (W - 1) + i;
-      u[i] = pos >= 0 ? load_lanes<O>(x + pos * xst + d * xsd, xsd, nl)
-                      : (halo ? O::load(halo + (W - 1 + pos) * Dp + d) : O::zero());
-    }
-    // dx[t] from the dpre window g (rows t..t+W-1), plus the dht pass-through.
-    auto emit_dx = [&](int64_t t) {
-      V acc = O::zero();
-      for (int k = 0; k < W; ++k) acc = O::fma(w[k], g[W - 1 - k], acc);
-      if (p.dht && S + t >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d, S + t - Ln, nl);
-      store_lanes<O>(dx + t * dxst + d * dxsd, dxsd, nl, acc);
-    };
-    for (int64_t r = tb; r < rend; ++r) {
-      u[W - 1] = load_lanes<O>(x + r * xst + d * xsd, xsd, nl);
-      V dp = O::zero();
-      if (dy) {
-        V acc = b;
-        for (int k = 0; k < W; ++k) acc = O::fma(w[k], u[k], acc);
-        const V gy = load_lanes<O>(dy + r * gst + d * gsd, gsd, nl);
-        dp = SILU ? gy * silu_grad<O>(acc) : gy;
-      }
-      if (want_dw && r < te) {
-        for (int k = 0; k < W; ++k) dw[k] = O::fma(dp, u[k], dw[k]);
-        db = db + dp;
-      }
-      if (want_dh0 && r < W - 1) head[r] = dp;
-      for (int k = 0; k < W - 1; ++k) {
-        u[k] = u[k + 1];
-        g[k] = g[k + 1];
-      }
-      g[W - 1] = dp;
-      if (dx && r - (W - 1) >= tb) emit_dx(r - (W - 1));
-    }
-    if (dx) {
-      // rows past the sequence end have dpre = 0
-      for (int64_t r = std::max(rend, tb); r < te + W - 1; ++r) {
-        for (int k = 0; k < W - 1; ++k) g[k] = g[k + 1];
-        g[W - 1] = O::zero();
-        if (r - (W - 1) >= tb) emit_dx(r - (W - 1));
-      }
-    }
-    if (want_dw) {
-      A* pw = part + (d - d0);  // part: [W+1][td]
-      for (int k = 0; k < W; ++k) O::store(pw + k * td, O::load(pw + k * td) + dw[k]);
-      O::store(pw + W * td, O::load(pw + W * td) + db);
-    }
-    if (want_dh0) {
-      const int64_t nh = std::min<int64_t>(W - 1, Ln);  // rows of dpre that reach h0
-      for (int j = 0; j < S; ++j) {
+  // dh0[jj] = sum_k w[k] dpre[jj-off-k] (rows < nh, in the ring) + dht[jj-L]
+  auto store_dh0 = [&]() {
+    for (int64_t j = 0; j < nd; j += L) {
+      const int nl = int(std::min<int64_t>(L, nd - j));
+      for (int jj = 0; jj < S; ++jj) {
         V acc = O::zero();
         for (int k = 0; k < W; ++k) {
-          const int64_t t = int64_t(j) - off - k;
-          if (t >= 0 && t < nh) acc = O::fma(w[k], head[t], acc);
+          const int64_t t = int64_t(jj) - off - k;
+          if (t >= 0 && t < nh)
+            acc = O::fma(O::load(wT + k * Dp + j), O::load(gring + ring_slot(int(t), W - 1, W) * td + j), acc);
         }
-        if (p.dht && j >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d, j - Ln, nl);
-        store_state_lanes<O>(p.dh0, n, d, j, nl, acc);
+        if (p.dht && jj >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, jj - Ln, nl);
+        store_state_lanes<O>(p.dh0, n, d0 + j, jj, nl, acc);
       }
     }
+  };
+  if (want_dh0 && nh == 0) store_dh0();
+
+  // dx[t] = sum_k w[k] dpre[t+W-1-k] (+ dht), t = r-(W-1); dpre[r] in slot cur
+  auto dx_vec = [&](int64_t j, int nl, int base, int64_t t) {
+    V acc = O::zero();
+    for (int k = 0; k < W; ++k)
+      acc = O::fma(O::load(wT + k * Dp + j), O::load(gring + ring_slot(base, W - 1 - k, W) * td + j), acc);
+    if (p.dht && S + t >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t - Ln, nl);
+    store_lanes<O>(dx_ + t * dxst + j * dxsd, dxsd, nl, acc);
+  };
+
+  for (int64_t r = tb; r < rend; ++r) {
+    const int base = int((r - tb) % W);         // slot of position r-(W-1)
+    const int cur = ring_slot(base, W - 1, W);  // slot of position r
+    const XT* xr = x_ + r * xst;
+    const XT* gr = dy_ ? dy_ + r * gst : nullptr;
+    const bool emit = dx_ && r - (W - 1) >= tb;
+    const bool acc_dw = part && r < te;
+    const bool pf = r + kPrefetchRows < rend;
+    for (int64_t j = 0; j < nd; j += L) {
+      const int nl = int(std::min<int64_t>(L, nd - j));
+      if (pf) {
+        prefetch(xr + j * xsd, xst, 0);
+        if (gr) prefetch(gr + j * gsd, gst, 0);
+        if (emit) prefetch(dx_ + (r - (W - 1)) * dxst + j * dxsd, dxst, 1);
+      }
+      const V xv = load_lanes<O>(xr + j * xsd, xsd, nl);
+      O::store(xring + cur * td + j, xv);
+      V dp = O::zero();
+      if (gr) {
+        V acc = O::load(bias + j);
+        for (int k = 0; k < W; ++k)
+          acc = O::fma(O::load(wT + k * Dp + j), O::load(xring + ring_slot(base, k, W) * td + j), acc);
+        const V gy = load_lanes<O>(gr + j * gsd, gsd, nl);
+        dp = SILU ? gy * silu_grad<O>(acc) : gy;
+      }
+      O::store(gring + cur * td + j, dp);
+      if (acc_dw) {  // part: [W+1][td] -- dweight rows, then dbias
+        for (int k = 0; k < W; ++k) {
+          A* pk = part + k * td + j;
+          O::store(pk, O::fma(dp, O::load(xring + ring_slot(base, k, W) * td + j), O::load(pk)));
+        }
+        O::store(part + W * td + j, O::load(part + W * td + j) + dp);
+      }
+      if (emit) dx_vec(j, nl, base, r - (W - 1));
+    }
+    if (want_dh0 && r == nh - 1) store_dh0();
   }
+  if (dx_) {
+    for (int64_t r = std::max(rend, tb); r < te + W - 1; ++r) {  // dpre = 0 past the end
+      const int base = int((r - tb) % W), cur = ring_slot(base, W - 1, W);
+      for (int64_t j = 0; j < nd; j += L) O::store(gring + cur * td + j, O::zero());
+      if (r - (W - 1) >= tb)
+        for (int64_t j = 0; j < nd; j += L) dx_vec(j, int(std::min<int64_t>(L, nd - j)), base, r - (W - 1));
+    }
+  }
+}
+
+// Rings of a tile: on the stack when they fit, else the tile's workspace slot.
+template <class A>
+struct Rings {
+  alignas(64) A stack[TilePolicy::kStackRingBytes / sizeof(A)];
+  A* get(const Ctx& c, int64_t tile) {
+    return c.plan->ws_scratch ? static_cast<A*>(c.scr) + tile * c.plan->ring_elems : stack;
+  }
+};
+
+template <class O, int WT, class XT, bool SILU>
+void fwd_tile(const Ctx& c, int64_t tile) {
+  const Plan& pl = *c.plan;
+  const Problem& p = *c.p;
+  const int64_t chunk = tile / pl.n_dtiles, dt = tile % pl.n_dtiles;
+  const int64_t d0 = dt * pl.tile_d, d1 = std::min(d0 + pl.tile_d, p.D);
+  Rings<typename O::A> rings;
+  typename O::A* ring = rings.get(c, tile);
+  for_each_piece(p, pl, chunk, [&](int64_t n, int64_t tb, int64_t te, int64_t) {
+    fwd_piece<O, WT, XT, SILU>(c, n, tb, te, d0, d1, ring);
+  });
 }
 
 template <class O, int WT, class XT, bool SILU>
@@ -199,16 +250,14 @@ void bwd_tile(const Ctx& c, int64_t tile) {
   const Problem& p = *c.p;
   const int64_t chunk = tile / pl.n_dtiles, dt = tile % pl.n_dtiles;
   const int64_t d0 = dt * pl.tile_d, d1 = std::min(d0 + pl.tile_d, p.D);
-  A* part = nullptr;
+  A* part = nullptr;  // this tile's [W+1][tile_d] partial dweight / dbias
   if (c.part) {
     part = static_cast<A*>(c.part) + tile * (p.W + 1) * pl.tile_d;
     std::fill(part, part + (p.W + 1) * pl.tile_d, A(0));
   }
-  typename O::V stack_scr[WT ? 1 : TilePolicy::kMaxStackW * TilePolicy::kScratchPerW];
-  typename O::V* scr = stack_scr;
-  if (!WT && pl.ws_scratch)
-    scr = reinterpret_cast<typename O::V*>(static_cast<A*>(c.scr) + tile * pl.scratch_elems);
+  Rings<A> rings;
+  A* ring = rings.get(c, tile);
   for_each_piece(p, pl, chunk, [&](int64_t n, int64_t tb, int64_t te, int64_t Ln) {
-    bwd_piece<O, WT, XT, SILU>(c, n, tb, te, Ln, d0, d1, part, scr);
+    bwd_piece<O, WT, XT, SILU>(c, n, tb, te, Ln, d0, d1, part, ring);
   });
 }

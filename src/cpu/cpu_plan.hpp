@@ -25,7 +25,8 @@
 //                          (copied before any final state is written: this is
 //                          what makes the in-place state update safe)
 //   part  [tiles][W+1][tile_d]   backward partial dweight (W rows) and dbias
-//   scr   [tiles][5W][16]  per-tile window scratch for generic W > kMaxStackW
+//   scr   [tiles][rings][W][tile_d]  window rings, only when they exceed the
+//                          stack budget (forced wide tiles or a huge W)
 #pragma once
 
 #include <algorithm>
@@ -45,25 +46,24 @@ struct TilePolicy {
   // Channel granularity: tiles and the padded channel count are multiples of
   // this (the widest vector, 16 floats in a 512-bit register).
   static constexpr int64_t kLane = 16;
-  // Automatic tile_d: 64 channels = 4 AVX-512 vectors.  Narrow enough that a
-  // tile's rows (tile_t x 128 bytes of bf16 per tensor) stay in L2 while each
-  // vector column sweeps the tile's time rows; wide enough to amortise halos.
-  static constexpr int64_t kAutoTileD = 64;
-  // Automatic tile_t: time rows per tile.  Long tiles amortise the W-1 halo
+  // Automatic tile_d: 256 channels.  Kernels walk a tile row by row (time
+  // outer, channel vectors inner), so every row of a tile is one contiguous
+  // run (512 B of bf16) and no cache line is needed twice -- a column-wise walk
+  // would revisit lines whose power-of-two row strides alias in one L1 set.
+  static constexpr int64_t kAutoTileD = 256;
+  // Automatic tile_t: time rows per chunk.  Long chunks amortise the W-1 halo
   // rows (re-read) and keep backward partials small (W+1 floats per channel
-  // per tile); 256 rows still give B*T/256 * D/64 tiles for load balance.
+  // per tile); 256 rows still give total/256 * D/256 tiles for load balance.
   static constexpr int64_t kAutoTileT = 256;
-  // Generic-W kernels keep their windows (5 W vectors) on the stack up to this
-  // width (5*64*64 B = 20 KiB); beyond it the windows live in the workspace.
-  static constexpr int kMaxStackW = 64;
-  // Vectors of generic-W scratch per unit of W (weights, x window, dpre
-  // window, dweight accumulators, dpre head for dh0).
-  static constexpr int kScratchPerW = 5;
+  // Per-thread window rings (the last W inputs and, backward, the last W dpre
+  // of each channel of the tile) live on the stack up to this size; larger
+  // ones (forced wide tiles, huge W) live per tile in the workspace.
+  static constexpr size_t kStackRingBytes = 32 * 1024;
 };
 static_assert(TilePolicy::kAutoTileD % TilePolicy::kLane == 0, "tile_d must be whole vectors");
 static_assert(TilePolicy::kAutoTileT >= 1, "tile_t must be positive");
-static_assert(TilePolicy::kMaxStackW * TilePolicy::kScratchPerW * 64 <= 32 * 1024,
-              "generic-W stack scratch must stay small (OpenMP worker stacks)");
+static_assert(2 * 4 * TilePolicy::kAutoTileD * 4 <= TilePolicy::kStackRingBytes,
+              "W = 4 rings of an automatic tile must fit the stack budget");
 
 inline int64_t round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
 inline size_t align64(size_t b) { return (b + 63) & ~size_t(63); }
@@ -77,8 +77,8 @@ struct Plan {
   int64_t n_dtiles = 0;  // ceil(D / tile_d)
   int64_t n_tiles = 0;   // n_chunks * n_dtiles
   size_t acc = 4;        // bytes of the accumulation type
-  bool ws_scratch = false;       // generic-W windows in the workspace (W > kMaxStackW)
-  int64_t scratch_elems = 0;     // per tile, in A elements (when ws_scratch)
+  int64_t ring_elems = 0;        // window rings per tile, in A elements
+  bool ws_scratch = false;       // rings in the workspace (> kStackRingBytes)
   size_t off_w = 0, off_bias = 0, off_halo = 0, off_part = 0, off_scr = 0, bytes = 0;
 };
 
@@ -94,8 +94,9 @@ inline Plan make_plan(const Problem& p) {
   pl.n_chunks = (pl.total + pl.tile_t - 1) / pl.tile_t;
   pl.n_dtiles = p.D > 0 ? (p.D + pl.tile_d - 1) / pl.tile_d : 0;
   pl.n_tiles = pl.n_chunks * pl.n_dtiles;
-  pl.ws_scratch = W > TilePolicy::kMaxStackW;
-  pl.scratch_elems = pl.ws_scratch ? int64_t(TilePolicy::kScratchPerW) * W * TilePolicy::kLane : 0;
+  const int rings = p.dir == Dir::fwd ? 1 : 2;  // x window (+ dpre window)
+  pl.ring_elems = int64_t(rings) * W * pl.tile_d;
+  pl.ws_scratch = size_t(pl.ring_elems) * pl.acc > TilePolicy::kStackRingBytes;
 
   size_t off = 0;
   pl.off_w = off;
@@ -108,7 +109,7 @@ inline Plan make_plan(const Problem& p) {
   if (p.dir == Dir::bwd && (p.dweight || p.dbias))
     off += align64(size_t(pl.n_tiles) * size_t(W + 1) * size_t(pl.tile_d) * pl.acc);
   pl.off_scr = off;
-  if (pl.ws_scratch) off += align64(size_t(pl.n_tiles) * size_t(pl.scratch_elems) * pl.acc);
+  if (pl.ws_scratch) off += align64(size_t(pl.n_tiles) * size_t(pl.ring_elems) * pl.acc);
   pl.bytes = off + 64;  // + 64: room to align the caller's pointer
   return pl;
 }
@@ -121,7 +122,7 @@ struct Ctx {
   const void* bias = nullptr;  // A [Dp]
   const void* halo = nullptr;  // A [N][W-1][Dp], nullptr: zero initial states
   void* part = nullptr;        // A [tiles][W+1][tile_d] (backward, when dweight/dbias wanted)
-  void* scr = nullptr;         // A [tiles][scratch_elems] (generic W > kMaxStackW)
+  void* scr = nullptr;         // A [tiles][ring_elems] (rings too big for the stack)
 };
 
 // Element offset of token 0 of sequence n in an activation view [B, T, D].

@@ -61,10 +61,18 @@ struct OpsF {
     x = x < l ? l : x;
     return x > h ? h : x;
   }
+  // exp(x) = 2^n * p(r), n = round(x / ln2), r = x - n ln2 (ln2 split in a
+  // hi part exact in float and a lo part), p a degree-7 polynomial (Cephes
+  // expf coefficients) in Horner form.
   static V exp(V x) {
+#if SC_ISA == 2
+    x = _mm512_min_ps(x, set1(88.0f));  // scalef handles underflow (-> 0); cap overflow
+    const V n = _mm512_roundscale_ps(x * set1(1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else
     x = clamp(x, -87.0f, 88.0f);  // keeps 2^n a normal float, n in [-126, 127]
     const V magic = set1(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
     const V n = fma(x, set1(1.44269504088896341f), magic) - magic;
+#endif
     V r = fma(n, set1(-0.693359375f), x);
     r = fma(n, set1(2.12194440e-4f), r);
     V q = set1(1.9875691500e-4f);
@@ -73,17 +81,30 @@ struct OpsF {
     q = fma(q, r, set1(4.1665795894e-2f));
     q = fma(q, r, set1(1.6666665459e-1f));
     q = fma(q, r, set1(5.0000001201e-1f));
-    q = fma(q * r, r, r) + set1(1.f);
+    q = fma(q, r, set1(1.f));
+    q = fma(q, r, set1(1.f));
+#if SC_ISA == 2
+    return _mm512_scalef_ps(q, n);
+#else
     const VI e = (__builtin_convertvector(n, VI) + 127) << 23;
     return q * (V)e;
+#endif
   }
 
   // ---- storage conversions: contiguous full vectors ------------------------
   static V load_x(const float* p) { return load(p); }
   static V load_x(const bf16_t* p) {
+#if SC_ISA == 2
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+#elif SC_ISA == 1
+    return _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+#else
     VH h;
     std::memcpy(&h, p, sizeof h);
     return (V)(__builtin_convertvector(h, VU) << 16);
+#endif
   }
   static V load_x(const f16_t* p) {
 #if SC_ISA == 2
@@ -98,11 +119,20 @@ struct OpsF {
   }
   static void store_x(float* p, V v) { store(p, v); }
   static void store_x(bf16_t* p, V v) {
+#if SC_ISA == 2
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+#else
     const VU u = (VU)v;
     VU r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     r = (u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : r;  // quiet NaN
     const VH h = __builtin_convertvector(r, VH);
     std::memcpy(p, &h, sizeof h);
+#endif
   }
   static void store_x(f16_t* p, V v) {
 #if SC_ISA == 2
