@@ -197,39 +197,46 @@ def has_backend(backend):
 
 # ---- building one call ----------------------------------------------------------
 if hasattr(torch._C, "_cuda_getCurrentRawStream"):
-    _raw_stream = torch._C._cuda_getCurrentRawStream
+    _raw_stream = torch._C._cuda_getCurrentRawStream  # (device index) -> cudaStream_t as int
 else:  # pragma: no cover - very old torch
     def _raw_stream(index):
         return torch.cuda.current_stream(index).cuda_stream
 
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
 
 class Call:
-    """One sc_conv_args being filled for a call on ``device`` (x's device).
+    """One sc_conv_args being filled for a call on x's device.
 
-    set_*() write tensor descriptions; run_forward()/run_backward() query the
+    set*() write tensor descriptions; run_forward()/run_backward() query the
     workspace, allocate it through torch (the caching allocator; inside a
     CUDA-graph capture it comes from the graph's pool) and run.  Errors are
     raised with ``where`` (the public function's name) in front of the
     library's message, with argument names translated through ``rename``.
+
+    CUDA: exec.stream is torch's current stream on x's device, and the call
+    runs with x's device current (kernels cannot be launched on another
+    device's stream).
     """
 
-    __slots__ = ("buf", "base", "device", "where", "rename")
+    __slots__ = ("buf", "base", "device", "cuda_index", "where", "rename")
 
-    def __init__(self, where, device, width, state_len, activation, rename=None):
+    def __init__(self, where, x, width, state_len, activation, rename=None):
         self.buf = buf = _Buf.from_buffer_copy(_TEMPLATE)
         self.base = ctypes.addressof(buf)
-        self.device = device
+        self.device = x.device
         self.where = where
         self.rename = rename
         _SCALARS_PACK(buf, _SCALARS_OFF, width, state_len, activation)
-        if device.type == "cuda":
-            index = device.index if device.index is not None else torch.cuda.current_device()
+        if x.is_cuda:
+            self.cuda_index = index = x.get_device()
             _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CUDA, 0, 0, 0, _raw_stream(index))
-        elif device.type == "cpu":
+        elif x.device.type == "cpu":
+            self.cuda_index = -1
             _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CPU, torch.get_num_threads(), 0, 0, 0)
         else:
             raise ValueError("%s: x is on device %s; shortconv runs on cpu and cuda tensors"
-                             % (where, device))
+                             % (where, x.device))
 
     def name(self, field):
         if self.rename:
@@ -267,6 +274,12 @@ class Call:
         raise ShortConvError("%s: %s: %s" % (self.where, kind, msg), status)
 
     def _run(self, query, run):
+        if self.cuda_index >= 0 and self.cuda_index != _current_device():
+            with torch.cuda.device(self.cuda_index):
+                return self._run_here(query, run)
+        return self._run_here(query, run)
+
+    def _run_here(self, query, run):
         base = self.base
         status = query(base, base + WS_OFF, base + ERR_OFF)
         if status:
@@ -277,16 +290,12 @@ class Call:
             _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, ws.data_ptr(), nbytes)
         else:
             ws = None
-        if self.device.type == "cuda" and self.device.index is not None and \
-                self.device.index != torch.cuda.current_device():
-            with torch.cuda.device(self.device):
-                status = run(base, base + ERR_OFF)
-        else:
-            status = run(base, base + ERR_OFF)
+        status = run(base, base + ERR_OFF)
         if status:
             self._raise(status)
-        # The workspace may be freed now: the caching allocator reuses it only
-        # for work queued later on the same stream.
+        # The workspace may be freed now: the caching allocator hands it out
+        # again only for work queued later on the same stream (or, inside a
+        # CUDA-graph capture, later in the same graph).
         del ws
 
     def run_forward(self):

@@ -57,7 +57,7 @@ def _width(weight):
 def forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
                  output_final_state, where="shortconv.causal_conv1d"):
     """y [like x, contiguous] and final_state [N, D, S] (None unless requested)."""
-    c = Call(where, x.device, _width(weight), state_len, activation)
+    c = Call(where, x, _width(weight), state_len, activation)
     c.set("x", x)
     c.set("weight", weight)
     if bias is not None:
@@ -84,7 +84,7 @@ def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len
                   need_dx, need_dweight, need_dbias, need_dinitial_state,
                   where="shortconv.causal_conv1d (backward)"):
     """(dx, dweight, dbias, dinitial_state), each None unless requested."""
-    c = Call(where, x.device, _width(weight), state_len, activation)
+    c = Call(where, x, _width(weight), state_len, activation)
     c.set("x", x)
     c.set("weight", weight)
     if bias is not None:
@@ -122,7 +122,7 @@ def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len
 def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
                 where="shortconv.causal_conv1d_update"):
     """y [like x]; cache (a state [N, D, S] or pool [P, D, S]) updated in place."""
-    c = Call(where, x.device, _width(weight), -1, activation, _CACHE_NAMES)
+    c = Call(where, x, _width(weight), -1, activation, _CACHE_NAMES)
     c.set("x", x)
     c.set("weight", weight)
     if bias is not None:
@@ -165,9 +165,10 @@ class CausalConv1dFunction(torch.autograd.Function):
         ctx.state_len = state_len
         ctx.activation = activation
         ctx.has_residual = residual is not None
-        if final_state is not None:
-            return y, final_state
-        return y, None
+        # An unused output's gradient arrives as None (absent in the ABI = zeros)
+        # instead of a zero-filled tensor: one kernel and one allocation less.
+        ctx.set_materialize_grads(False)
+        return y, final_state
 
     @staticmethod
     def backward(ctx, dy, dht):
@@ -175,9 +176,9 @@ class CausalConv1dFunction(torch.autograd.Function):
         dx, dw, db, dh0 = backward_impl(
             x, weight, bias, h0, cu, dy, dht, ctx.state_len, ctx.activation,
             need[0], need[1], need[2] and bias is not None, need[4] and h0 is not None)
-        dres = dy if ctx.has_residual and need[3] else None
-        if dres is None and ctx.has_residual and need[3]:
-            dres = torch.zeros_like(x)
+        dres = None
+        if ctx.has_residual and need[3]:  # dresidual = dy
+            dres = dy if dy is not None else torch.zeros_like(x)
         return dx, dw, db, dres, dh0, None, None, None, None
 
 

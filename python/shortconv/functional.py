@@ -18,6 +18,8 @@ from ._ops import activation_code
 
 __all__ = ["causal_conv1d", "causal_conv1d_update"]
 
+_increment_version = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
+
 
 def _flatten_heads(t):
     # [B, T, H, Dh] -> [B, T, H*Dh]: a view when H's stride is Dh times Dh's.
@@ -60,6 +62,9 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
     Differentiable in x, weight, bias, residual, initial_state, and through
     final_state.  Every tensor must be on x's device.
     """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError("shortconv.causal_conv1d: x: expected a torch.Tensor, got %s"
+                        % type(x).__name__)
     if weight is None:
         raise ValueError("shortconv.causal_conv1d: weight: required ([D, W])")
     if seq_idx is not None:
@@ -124,6 +129,9 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             nothing written).
         cu_seqlens: [N+1] offsets of a packed x.
     """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError("shortconv.causal_conv1d_update: x: expected a torch.Tensor, got %s"
+                        % type(x).__name__)
     if weight is None:
         raise ValueError("shortconv.causal_conv1d_update: weight: required ([D, W])")
     if cache is None:
@@ -156,4 +164,9 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
     else:
         with torch.no_grad():
             y = _ops.update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act)
+        # The library wrote cache behind autograd's back: bump its version so a
+        # later backward through an older use of cache fails loudly, as after
+        # any in-place op (torch >= 2.1; nothing to bump on older torch).
+        if _increment_version is not None and cache.requires_grad:
+            _increment_version(cache)
     return y.view(shape), cache

@@ -100,3 +100,16 @@ def test_update_is_not_recorded_by_autograd():
     cache = p["initial_state"].detach().clone()
     y, _ = shortconv.causal_conv1d_update(p["x"], cache, weight=p["weight"])
     assert not y.requires_grad
+
+
+@pytest.mark.skipif(not hasattr(getattr(torch.autograd, "graph", None), "increment_version"),
+                    reason="torch.autograd.graph.increment_version needs torch >= 2.1")
+def test_update_of_a_graph_tensor_invalidates_its_backward():
+    p = make_problem(B=2, T=3, D=3, W=3, seed=45, requires_grad=True)
+    y, state = shortconv.causal_conv1d(p["x"], p["weight"], initial_state=p["initial_state"],
+                                       output_final_state=True)
+    loss = (state * state).sum()  # saves state for its backward
+    shortconv.causal_conv1d_update(torch.randn(2, 3, dtype=torch.float64), state,
+                                   weight=p["weight"].detach())
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
