@@ -85,10 +85,10 @@ def copy_GBps(device):
 
 
 def make_inputs(s, dtype, device, seed, grad):
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
 
-    def rnd(*shape):
-        return torch.randn(*shape, generator=g, dtype=torch.float32).to(device, dtype)
+    def rnd(*shape):  # generated on the device: the large shapes take seconds on a host
+        return torch.randn(*shape, generator=g, dtype=dtype, device=device)
 
     B, T, D, W = s.B, s.T, s.D, s.W
     x = rnd(B, D, T).transpose(1, 2) if s.layout == "channel" else rnd(B, T, D)
