@@ -69,7 +69,7 @@ struct Policy {
   int64_t rotate_bytes;    // rotate buffer copies until the working set reaches this
   int max_copies;          // ... with at most this many copies
 };
-constexpr Policy kCpuPolicy = {5, 50, 1.0, int64_t(128) << 20, 8};
+constexpr Policy kCpuPolicy = {5, 50, 0.5, int64_t(128) << 20, 8};
 constexpr Policy kCudaPolicy = {50, 500, 2.0, int64_t(256) << 20, 16};
 static_assert(kCpuPolicy.min_reps >= 1 && kCudaPolicy.min_reps >= 1, "at least one timed rep");
 
