@@ -97,9 +97,7 @@ Plan plan_for(const Problem& p, Path path, int sms) {
     int64_t tile;
     if (p.exec.tile_t > 0) {
       tile = ceil_div(p.exec.tile_t, chunk) * chunk;
-    } else if (!bwd) {
-      tile = chunk;
-    } else {  // longer warp tiles: fewer partial rows, still >= one wave of warps
+    } else {  // several chunks per warp (set-up amortised, fewer partial rows), >= one wave
       const int64_t warps = p.B * p.D * ceil_div(p.T, chunk);
       const int64_t iters = std::clamp<int64_t>(warps * 32 / std::max<int64_t>(target, 1), 1,
                                                 Policy::kCmMaxIters);

@@ -31,31 +31,6 @@ namespace shortconv::cuda {
 
 namespace {
 
-template <class T, int CH>
-struct alignas(sizeof(T) * CH) Pack {
-  T v[CH];
-};
-
-template <class T, int CH>
-__device__ __forceinline__ Pack<T, CH> ldv(const DTensor& x, int64_t b, int64_t t, int64_t d0) {
-  const T* p = static_cast<const T*>(x.p) + b * x.s0 + t * x.s1 + d0 * x.s2;
-  if constexpr (CH == 1) {
-    return Pack<T, 1>{{p[0]}};
-  } else {
-    return *reinterpret_cast<const Pack<T, CH>*>(p);
-  }
-}
-template <class T, int CH>
-__device__ __forceinline__ void stv(const DTensor& y, int64_t b, int64_t t, int64_t d0,
-                                    const Pack<T, CH>& v) {
-  T* p = static_cast<T*>(y.p) + b * y.s0 + t * y.s1 + d0 * y.s2;
-  if constexpr (CH == 1) {
-    p[0] = v.v[0];
-  } else {
-    *reinterpret_cast<Pack<T, CH>*>(p) = v;
-  }
-}
-
 constexpr int kUnroll = 4;  // t' steps whose loads are issued together
 
 // part[(row * D + d) * (W+1) + k]: k < W dweight partial, k == W dbias partial.
@@ -64,131 +39,160 @@ __device__ __forceinline__ A* part_at(const Args& a, int64_t row, int64_t d) {
   return static_cast<A*>(a.part) + (row * a.D + d) * (a.W + 1);
 }
 
+// Token-major backward state of one thread.  Weights padded to WMAX taps as
+// in the forward (wp[k] = weight[k - kpad], taps k < kpad predicated off).
+// With padding, dx[t] = sum_m wp[m] * dpre[t + H - m], so dx of token t'-H is
+// complete once dpre(t') is known: the stream runs t' in [t, e + H).
 template <class T, int WMAX, int CH>
 struct TmBwd {
   using A = acc_t<T>;
+  using P = Pack<T, CH>;
   static constexpr int H = WMAX - 1;
 
-  const Args& a;
-  int64_t d0;
+  int kpad, act;
   bool want_dx, want_dw;
-  A w[WMAX][CH];    // w[k] = weight[k], zero for k >= W (dx gather)
-  A wr[WMAX][CH];   // wr[j] = weight[W-1-j] (tap on u(t'-j) for pre)
+  A wp[WMAX][CH];
   A bs[CH];
-  A hist[H][CH];    // hist[i] = u(t'-1-i)
-  A dh[WMAX][CH];   // dh[k] = dpre(t'-k) once t' is pushed
-  A dwr[WMAX][CH];  // dweight[W-1-j] partial
+  A sl[H][CH];      // sl[i] = u(t' - H + i)
+  A dh[H][CH];      // dh[i] = dpre(t' - H + i)
+  A dwp[WMAX][CH];  // dweight[m - kpad] partial
   A db[CH];
 
-  // One t' step.  in_seq: t' is a token of the sequence (else dpre = 0).
-  __device__ void step(bool in_seq, const Pack<T, CH>& xv, const Pack<T, CH>& gv, const Seq& q,
-                       int64_t n, int64_t tp, int64_t t, int64_t e) {
-    const bool own = tp < e;  // dpre(t') belongs to this tile's partials
-    const int64_t tout = tp - (a.W - 1);
-    Pack<T, CH> out;
+  // One t': dpre(t') (zero when !in_seq), partials when OWN, and the conv part
+  // of dx(t' - H) into dxo.
+  template <bool OWN>
+  __device__ __forceinline__ void step(const P& xv, const P& gv, bool in_seq, A (&dxo)[CH]) {
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
       A cur = A(0), dp = A(0);
       if (in_seq) {
         cur = to_f(xv.v[c]);
-        A pre = fma(wr[0][c], cur, bs[c]);
+        A pre = fma(wp[H][c], cur, bs[c]);
 #pragma unroll
-        for (int j = 1; j < WMAX; ++j)
-          if (j < a.W) pre = fma(wr[j][c], hist[j - 1][c], pre);
-        dp = to_f(gv.v[c]) * act_grad(a.act, pre);
+        for (int k = 0; k < H; ++k)
+          if (k >= kpad) pre = fma(wp[k][c], sl[k][c], pre);
+        dp = to_f(gv.v[c]) * act_grad(act, pre);
       }
-      if (want_dw && own) {
+      if (OWN && want_dw) {
         db[c] += dp;
-        dwr[0][c] = fma(dp, cur, dwr[0][c]);
+        dwp[H][c] = fma(dp, cur, dwp[H][c]);
 #pragma unroll
-        for (int j = 1; j < WMAX; ++j)
-          if (j < a.W) dwr[j][c] = fma(dp, hist[j - 1][c], dwr[j][c]);
+        for (int m = 0; m < H; ++m)
+          if (m >= kpad) dwp[m][c] = fma(dp, sl[m][c], dwp[m][c]);
       }
+      A v = kpad == 0 ? wp[0][c] * dp : A(0);
 #pragma unroll
-      for (int i = H - 1; i > 0; --i) hist[i][c] = hist[i - 1][c];
-      hist[0][c] = cur;
+      for (int m = 1; m <= H; ++m)
+        if (m >= kpad) v = fma(wp[m][c], dh[H - m][c], v);
+      dxo[c] = v;
 #pragma unroll
-      for (int k = WMAX - 1; k > 0; --k) dh[k][c] = dh[k - 1][c];
-      dh[0][c] = dp;
-      A v = A(0);
-#pragma unroll
-      for (int k = 0; k < WMAX; ++k)
-        if (k < a.W) v = fma(w[k][c], dh[k][c], v);
-      if (a.dht.p && tout - q.s >= q.L - a.S)
-        v += ld<A>(a.dht.p, a.dht.dt,
-                   n * a.dht.s0 + (d0 + c) * a.dht.s1 + (a.S + tout - q.s - q.L) * a.dht.s2);
-      out.v[c] = to_t<T>(v);
+      for (int i = 0; i + 1 < H; ++i) {
+        sl[i][c] = sl[i + 1][c];
+        dh[i][c] = dh[i + 1][c];
+      }
+      sl[H - 1][c] = cur;
+      dh[H - 1][c] = dp;
     }
-    if (want_dx && tout >= t) stv<T, CH>(a.dx, q.b, tout, d0, out);
   }
 
-  __device__ Pack<T, CH> ldy(int64_t b, int64_t tp) const {
-    if (a.dy.p) return ldv<T, CH>(a.dy, b, tp, d0);
-    Pack<T, CH> z;
-#pragma unroll
-    for (int c = 0; c < CH; ++c) z.v[c] = to_t<T>(A(0));
-    return z;
-  }
-
-  // dx tokens [t, e) of sequence q.
-  __device__ void segment(const Seq& q, int64_t n, int64_t t, int64_t e) {
+  // dx tokens [t, e) of sequence q (channels d0 .. d0+CH).
+  __device__ void segment(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
+                          int64_t e) {
     const int64_t h0row = state_row(a.h0, a.h0_idx, n);
+    const int64_t sx = a.x.s1, sg = a.dy.s1, sd = a.dx.s1;
+    const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + d0 * a.x.s2;
+    const T* gp = a.dy.p ? static_cast<const T*>(a.dy.p) + q.b * a.dy.s0 + d0 * a.dy.s2 : nullptr;
+    T* dp = a.dx.p ? static_cast<T*>(a.dx.p) + q.b * a.dx.s0 + d0 * a.dx.s2 : nullptr;
+    P zero;
+#pragma unroll
+    for (int c = 0; c < CH; ++c) zero.v[c] = to_t<T>(A(0));
 #pragma unroll
     for (int i = 0; i < H; ++i) {
-      const int64_t tok = t - 1 - i;
-      if (i < a.W - 1 && tok >= q.s) {
-        const Pack<T, CH> v = ldv<T, CH>(a.x, q.b, tok, d0);
+      const int64_t tok = t - H + i;
+      if (i >= kpad && tok >= q.s) {
+        const P v = ldp<T, CH>(xp + tok * sx);
 #pragma unroll
-        for (int c = 0; c < CH; ++c) hist[i][c] = to_f(v.v[c]);
+        for (int c = 0; c < CH; ++c) sl[i][c] = to_f(v.v[c]);
       } else {
 #pragma unroll
         for (int c = 0; c < CH; ++c)
-          hist[i][c] = i < a.W - 1 ? load_u<A>(a, q, h0row, d0 + c, a.S + tok - q.s) : A(0);
+          sl[i][c] = i >= kpad ? load_u<A>(a, q, h0row, d0 + c, a.S + tok - q.s) : A(0);
+      }
+#pragma unroll
+      for (int c = 0; c < CH; ++c) dh[i][c] = A(0);
+    }
+    const int64_t send = q.s + q.L, stop = e + H;
+    const int64_t fast_begin = t + H;  // first t' whose dx token is in the tile
+    const int64_t dht_from = send - a.S + H;  // first t' whose dx token takes dht
+    const int64_t fast_end = e < dht_from ? e : dht_from;
+    // Generic step: any t' (look-ahead, warm-up, dht tokens, tails).
+    auto generic = [&](int64_t tp) {
+      const bool in_seq = tp < send;
+      const P xv = in_seq ? ldp<T, CH>(xp + tp * sx) : zero;
+      const P gv = (in_seq && gp) ? ldp<T, CH>(gp + tp * sg) : zero;
+      A dxo[CH];
+      if (tp < e) step<true>(xv, gv, in_seq, dxo); else step<false>(xv, gv, in_seq, dxo);
+      const int64_t tout = tp - H;
+      if (!dp || tout < t) return;
+      P out;
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+        A v = dxo[c];
+        if (a.dht.p && tout - q.s >= q.L - a.S)
+          v += ld<A>(a.dht.p, a.dht.dt,
+                     n * a.dht.s0 + (d0 + c) * a.dht.s1 + (a.S + tout - q.s - q.L) * a.dht.s2);
+        out.v[c] = to_t<T>(v);
+      }
+      stp<T, CH>(dp + tout * sd, out);
+    };
+    int64_t tp = t;
+    for (const int64_t w_end = fast_begin < stop ? fast_begin : stop; tp < w_end; ++tp) generic(tp);
+    // Hot loop: own tokens, in sequence, dx out, no dht.  (No prefetch of the
+    // next step here: its registers made ptxas spill at the 2-blocks/SM cap.)
+    for (; tp + kUnroll <= fast_end; tp += kUnroll) {
+      P xv[kUnroll], gv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) xv[u] = ldp<T, CH>(xp + (tp + u) * sx);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) gv[u] = gp ? ldp<T, CH>(gp + (tp + u) * sg) : zero;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        A dxo[CH];
+        step<true>(xv[u], gv[u], true, dxo);
+        if (dp) {
+          P out;
+#pragma unroll
+          for (int c = 0; c < CH; ++c) out.v[c] = to_t<T>(dxo[c]);
+          stp<T, CH>(dp + (tp + u - H) * sd, out);
+        }
       }
     }
-#pragma unroll
-    for (int k = 0; k < WMAX; ++k)
-#pragma unroll
-      for (int c = 0; c < CH; ++c) dh[k][c] = A(0);
-    const int64_t send = q.s + q.L;
-    const int64_t stop = e + a.W - 1;                   // t' in [t, stop)
-    const int64_t in_end = stop < send ? stop : send;   // t' with loads
-    int64_t tp = t;
-    for (; tp + kUnroll <= in_end; tp += kUnroll) {
-      Pack<T, CH> xv[kUnroll], gv[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) xv[u] = ldv<T, CH>(a.x, q.b, tp + u, d0);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) gv[u] = ldy(q.b, tp + u);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) step(true, xv[u], gv[u], q, n, tp + u, t, e);
-    }
-    for (; tp < in_end; ++tp) step(true, ldv<T, CH>(a.x, q.b, tp, d0), ldy(q.b, tp), q, n, tp, t, e);
-    Pack<T, CH> z;
-    for (; tp < stop; ++tp) step(false, z, z, q, n, tp, t, e);
+    for (; tp < stop; ++tp) generic(tp);
   }
 };
 
 template <class T, int WMAX, int CH>
-__global__ void __launch_bounds__(Policy::kThreads) bwd_tm(const Args a) {
+__global__ void __launch_bounds__(Policy::kThreads, 2) bwd_tm(const Args a) {
   using A = acc_t<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   const bool active = tile < a.ntiles && d0 < a.D;
-  TmBwd<T, WMAX, CH> k{a, d0, a.dx.p != nullptr, a.dweight.p != nullptr || a.dbias.p != nullptr};
+  TmBwd<T, WMAX, CH> k;
+  k.kpad = WMAX - a.W;
+  k.act = a.act;
+  k.want_dx = a.dx.p != nullptr;
+  k.want_dw = a.dweight.p != nullptr || a.dbias.p != nullptr;
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
     const int64_t d = d0 + c;
     const bool in = active && d < a.D;
 #pragma unroll
     for (int j = 0; j < WMAX; ++j) {
-      k.w[j][c] = (in && j < a.W) ? ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + j * a.weight.s1)
-                                  : A(0);
-      k.wr[j][c] = (in && j < a.W)
-                       ? ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (a.W - 1 - j) * a.weight.s1)
-                       : A(0);
-      k.dwr[j][c] = A(0);
+      k.wp[j][c] = (in && j >= k.kpad) ? ld<A>(a.weight.p, a.weight.dt,
+                                               d * a.weight.s0 + (j - k.kpad) * a.weight.s1)
+                                       : A(0);
+      k.dwp[j][c] = A(0);
     }
     k.bs[c] = (in && a.bias.p) ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
     k.db[c] = A(0);
@@ -202,7 +206,7 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_tm(const Args a) {
       const int64_t send = q.s + q.L;
       const int64_t e = send < te ? send : te;
       if (e <= t) continue;
-      k.segment(q, n, t, e);
+      k.segment(a, q, n, d0, t, e);
       t = e;
     }
   }
@@ -214,19 +218,18 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_tm(const Args a) {
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
 #pragma unroll
-    for (int j = 0; j < WMAX; ++j) mine[c * (WMAX + 1) + j] = k.dwr[j][c];
+    for (int j = 0; j < WMAX; ++j) mine[c * (WMAX + 1) + j] = k.dwp[j][c];
     mine[c * (WMAX + 1) + WMAX] = k.db[c];
   }
   __syncthreads();
   if (threadIdx.y != 0 || d0 >= a.D) return;
   for (int c = 0; c < CH; ++c) {
     A* dst = part_at<A>(a, blockIdx.x, d0 + c);
-    for (int j = 0; j <= a.W; ++j) {
-      const int slot = j < a.W ? j : WMAX;
+    for (int j = k.kpad; j <= WMAX; ++j) {
       A s = A(0);
       for (unsigned y = 0; y < blockDim.y; ++y)
-        s += red[(int64_t(y) * blockDim.x + threadIdx.x) * E + c * (WMAX + 1) + slot];
-      dst[j < a.W ? a.W - 1 - j : a.W] = s;
+        s += red[(int64_t(y) * blockDim.x + threadIdx.x) * E + c * (WMAX + 1) + j];
+      dst[j < WMAX ? j - k.kpad : a.W] = s;
     }
   }
 }

@@ -85,9 +85,37 @@ __device__ __forceinline__ int64_t ld_index(const DTensor& t, int64_t i) {
                         : static_cast<const int64_t*>(t.p)[i * t.s0];
 }
 
+// ---- vectors of CH consecutive elements ---------------------------------------------
+
+template <class T, int CH>
+struct alignas(sizeof(T) * CH) Pack {
+  T v[CH];
+};
+
+// One CH-element vector at p (CH-aligned when CH > 1).
+template <class T, int CH>
+__device__ __forceinline__ Pack<T, CH> ldp(const T* p) {
+  if constexpr (CH == 1) {
+    return Pack<T, 1>{{p[0]}};
+  } else {
+    return *reinterpret_cast<const Pack<T, CH>*>(p);
+  }
+}
+template <class T, int CH>
+__device__ __forceinline__ void stp(T* p, const Pack<T, CH>& v) {
+  if constexpr (CH == 1) {
+    p[0] = v.v[0];
+  } else {
+    *reinterpret_cast<Pack<T, CH>*>(p) = v;
+  }
+}
+
 // ---- activation ----------------------------------------------------------------
 
-__device__ __forceinline__ float sigm(float z) { return 1.f / (1.f + __expf(-z)); }
+// fp32: MUFU ex2 + rcp (a few ulp; far below the 1e-5 fp32 tolerance).  The
+// IEEE division would be a ~15-instruction subroutine per element, which made
+// the bf16 kernels issue-bound.  For z -> -inf, 1+e^-z = inf and rcp gives 0.
+__device__ __forceinline__ float sigm(float z) { return __fdividef(1.f, 1.f + __expf(-z)); }
 __device__ __forceinline__ double sigm(double z) { return 1.0 / (1.0 + exp(-z)); }
 
 template <class A>

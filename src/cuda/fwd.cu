@@ -32,123 +32,126 @@ namespace shortconv::cuda {
 
 namespace {
 
-template <class T, int CH>
-struct alignas(sizeof(T) * CH) Pack {
-  T v[CH];
-};
-
-// CH channels (d0 .. d0+CH) of token (b, t) of an activation tensor
-// (for CH > 1 the channel stride is 1 and the address is CH-aligned).
-template <class T, int CH>
-__device__ __forceinline__ Pack<T, CH> ldv(const DTensor& x, int64_t b, int64_t t, int64_t d0) {
-  const T* p = static_cast<const T*>(x.p) + b * x.s0 + t * x.s1 + d0 * x.s2;
-  if constexpr (CH == 1) {
-    return Pack<T, 1>{{p[0]}};
-  } else {
-    return *reinterpret_cast<const Pack<T, CH>*>(p);
-  }
-}
-template <class T, int CH>
-__device__ __forceinline__ void stv(const DTensor& y, int64_t b, int64_t t, int64_t d0,
-                                    const Pack<T, CH>& v) {
-  T* p = static_cast<T*>(y.p) + b * y.s0 + t * y.s1 + d0 * y.s2;
-  if constexpr (CH == 1) {
-    p[0] = v.v[0];
-  } else {
-    *reinterpret_cast<Pack<T, CH>*>(p) = v;
-  }
-}
-
 // Tokens per unrolled step of the token-major loop: U independent loads in
-// flight per thread before the first use.
+// flight per thread (and the next U prefetched) before the first use.
 constexpr int kUnroll = 4;
 
+// Token-major forward state of one thread.  The window is padded to WMAX
+// taps: wp[k] = weight[k - kpad] for k >= kpad = WMAX - W, and taps below
+// kpad are skipped by a predicate (never multiplied: a zero weight times an
+// inf input would give NaN where the definition gives a finite value).
 template <class T, int WMAX, int CH>
 struct TmFwd {
   using A = acc_t<T>;
-  static constexpr int H = WMAX - 1;  // window registers (W-1 used)
+  using P = Pack<T, CH>;
+  static constexpr int H = WMAX - 1;  // window registers: sl[i] = u(t - H + i)
   static_assert(WMAX >= 2, "window of at least one past input");
 
-  const Args& a;
-  int64_t d0;
-  A wr[WMAX][CH];  // wr[j] = weight[W-1-j]: tap on u(t-j); zero for j >= W
+  int kpad, act;
+  A wp[WMAX][CH];
   A bs[CH];
-  A hist[H][CH];   // hist[i] = u(t-1-i) for the next token t
+  A sl[H][CH];
 
-  __device__ void step(const Pack<T, CH>& xv, const Pack<T, CH>* rv, int64_t b, int64_t t) {
-    Pack<T, CH> out;
+  __device__ __forceinline__ P step(const P& xv, const P& rv, bool res) {
+    P out;
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
       const A cur = to_f(xv.v[c]);
-      A acc = fma(wr[0][c], cur, bs[c]);
+      A acc = fma(wp[H][c], cur, bs[c]);
 #pragma unroll
-      for (int j = 1; j < WMAX; ++j)
-        if (j < a.W) acc = fma(wr[j][c], hist[j - 1][c], acc);
-      A o = act_fwd(a.act, acc);
-      if (rv) o += to_f(rv->v[c]);
+      for (int k = 0; k < H; ++k)
+        if (k >= kpad) acc = fma(wp[k][c], sl[k][c], acc);
+      A o = act_fwd(act, acc);
+      if (res) o += to_f(rv.v[c]);
       out.v[c] = to_t<T>(o);
 #pragma unroll
-      for (int i = H - 1; i > 0; --i) hist[i][c] = hist[i - 1][c];
-      hist[0][c] = cur;
+      for (int i = 0; i + 1 < H; ++i) sl[i][c] = sl[i + 1][c];
+      sl[H - 1][c] = cur;
     }
-    stv<T, CH>(a.y, b, t, d0, out);
+    return out;
   }
 
-  // Tokens [t, e) of sequence q (all inside it).
-  __device__ void segment(const Seq& q, int64_t n, int64_t t, int64_t e) {
+  // Tokens [t, e) of sequence q (all inside it), channels d0 .. d0+CH.
+  __device__ void segment(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
+                          int64_t e) {
     const int64_t h0row = state_row(a.h0, a.h0_idx, n);
+    const int64_t sx = a.x.s1, sr = a.residual.s1, sy = a.y.s1;
+    const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + d0 * a.x.s2;
+    const T* rp = a.residual.p ? static_cast<const T*>(a.residual.p) + q.b * a.residual.s0 +
+                                     d0 * a.residual.s2
+                               : nullptr;
+    T* yp = static_cast<T*>(a.y.p) + q.b * a.y.s0 + d0 * a.y.s2;
 #pragma unroll
     for (int i = 0; i < H; ++i) {
-      const int64_t tok = t - 1 - i;
-      if (i < a.W - 1 && tok >= q.s) {
-        const Pack<T, CH> v = ldv<T, CH>(a.x, q.b, tok, d0);
+      const int64_t tok = t - H + i;
+      if (i >= kpad && tok >= q.s) {
+        const P v = ldp<T, CH>(xp + tok * sx);
 #pragma unroll
-        for (int c = 0; c < CH; ++c) hist[i][c] = to_f(v.v[c]);
+        for (int c = 0; c < CH; ++c) sl[i][c] = to_f(v.v[c]);
       } else {
 #pragma unroll
         for (int c = 0; c < CH; ++c)
-          hist[i][c] = i < a.W - 1 ? load_u<A>(a, q, h0row, d0 + c, a.S + tok - q.s) : A(0);
+          sl[i][c] = i >= kpad ? load_u<A>(a, q, h0row, d0 + c, a.S + tok - q.s) : A(0);
       }
     }
-    const bool res = a.residual.p != nullptr;
     int64_t tok = t;
-    for (; tok + kUnroll <= e; tok += kUnroll) {
-      Pack<T, CH> xv[kUnroll], rv[kUnroll];
+    if (tok + kUnroll <= e) {
+      P xv[kUnroll], rv[kUnroll], nx[kUnroll], nr[kUnroll] = {};
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) xv[u] = ldv<T, CH>(a.x, q.b, tok + u, d0);
-      if (res) {
+      for (int u = 0; u < kUnroll; ++u) nx[u] = ldp<T, CH>(xp + (tok + u) * sx);
+      if (rp) {
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) rv[u] = ldv<T, CH>(a.residual, q.b, tok + u, d0);
+        for (int u = 0; u < kUnroll; ++u) nr[u] = ldp<T, CH>(rp + (tok + u) * sr);
       }
+      for (; tok + kUnroll <= e; tok += kUnroll) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) step(xv[u], res ? &rv[u] : nullptr, q.b, tok + u);
+        for (int u = 0; u < kUnroll; ++u) {
+          xv[u] = nx[u];
+          rv[u] = nr[u];
+        }
+        if (tok + 2 * kUnroll <= e) {  // prefetch the next step
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) nx[u] = ldp<T, CH>(xp + (tok + kUnroll + u) * sx);
+          if (rp) {
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) nr[u] = ldp<T, CH>(rp + (tok + kUnroll + u) * sr);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const P o = step(xv[u], rv[u], rp != nullptr);
+          stp<T, CH>(yp + (tok + u) * sy, o);
+        }
+      }
     }
     for (; tok < e; ++tok) {
-      const Pack<T, CH> xv = ldv<T, CH>(a.x, q.b, tok, d0);
-      Pack<T, CH> rv;
-      if (res) rv = ldv<T, CH>(a.residual, q.b, tok, d0);
-      step(xv, res ? &rv : nullptr, q.b, tok);
+      const P xv = ldp<T, CH>(xp + tok * sx);
+      P rv{};
+      if (rp) rv = ldp<T, CH>(rp + tok * sr);
+      const P o = step(xv, rv, rp != nullptr);
+      stp<T, CH>(yp + tok * sy, o);
     }
   }
 };
 
 template <class T, int WMAX, int CH>
-__global__ void __launch_bounds__(Policy::kThreads) fwd_tm(const Args a) {
+__global__ void __launch_bounds__(Policy::kThreads, 2) fwd_tm(const Args a) {
   using A = acc_t<T>;
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (tile >= a.ntiles || d0 >= a.D) return;
-  TmFwd<T, WMAX, CH> k{a, d0};
+  TmFwd<T, WMAX, CH> k;
+  k.kpad = WMAX - a.W;
+  k.act = a.act;
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
     const int64_t d = d0 + c;
-    const bool in = d < a.D;
 #pragma unroll
     for (int j = 0; j < WMAX; ++j)
-      k.wr[j][c] = (in && j < a.W)
-                       ? ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (a.W - 1 - j) * a.weight.s1)
-                       : A(0);
-    k.bs[c] = (in && a.bias.p) ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+      k.wp[j][c] = j >= k.kpad ? ld<A>(a.weight.p, a.weight.dt,
+                                       d * a.weight.s0 + (j - k.kpad) * a.weight.s1)
+                               : A(0);
+    k.bs[c] = a.bias.p ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
   }
   int64_t b, tb, te;
   tile_range(a, tile, &b, &tb, &te);
@@ -158,7 +161,7 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_tm(const Args a) {
     const int64_t send = q.s + q.L;
     const int64_t e = send < te ? send : te;
     if (e <= t) continue;
-    k.segment(q, n, t, e);
+    k.segment(a, q, n, d0, t, e);
     t = e;
   }
 }

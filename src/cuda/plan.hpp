@@ -20,7 +20,7 @@ struct Policy {
   static constexpr int kResidentThreads = 2048;  // threads one SM holds at full occupancy
   static constexpr int64_t kMinTileT = 8;     // token-major: shortest automatic tile (halo <= 15/8... acceptable only for tiny shapes)
   static constexpr int64_t kMaxTileT = 256;   // token-major: longest automatic tile (enough work per thread)
-  static constexpr int kCmMaxIters = 16;      // channel-major backward: most 32*VEC-token chunks per warp tile
+  static constexpr int kCmMaxIters = 16;      // channel-major: most 32*VEC-token chunks per warp tile
   static constexpr int kSmallThreads = 128;   // threads per block of the per-(sequence, channel) state kernels
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block must be whole warps");
   static_assert(kMinTileT >= 1 && kMinTileT <= kMaxTileT, "tile bounds");
@@ -37,7 +37,7 @@ inline int wmax_narrow(int W) { return W <= 4 ? 4 : 16; }
 // narrowed for wide windows so that weights + window stay in registers.
 constexpr int tm_ch(int elem_bytes, int wmax, bool bwd) {
   const int vec = 16 / elem_bytes;
-  const int budget = bwd ? 16 / wmax : 64 / wmax;  // weight registers per thread / WMAX
+  const int budget = 16 / wmax;  // weight registers per channel group / WMAX: no spills at 2 blocks/SM
   const int c = vec < budget ? vec : budget;
   return c < 1 ? 1 : c;
 }
