@@ -21,6 +21,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -614,6 +616,70 @@ TEST(Validation, NullArguments) {
   EXPECT_TRUE(names(err.message, "bytes")) << err.message;
   EXPECT_EQ(sc_backward_workspace_size(&c->a, nullptr, nullptr), SC_ERR_INVALID_ARGUMENT);
   sc_conv_args_init(nullptr);  // documented as harmless
+}
+
+// Overlap is decided per element, not per byte range: random x / y views of
+// one buffer, checked against brute force.  Never accept a shared element
+// (any layouts); with equal strides in a padded (non-self-overlapping)
+// layout, also never reject disjoint views such as column slices of a fused
+// buffer.
+TEST(Validation, OverlapIsDecidedPerElement) {
+  std::mt19937 rng(12345);
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<float> buf(8192, 0.0f), w(8, 1.0f);
+  int disjoint_same = 0, accepted_same = 0, overlapping = 0;
+  for (int it = 0; it < 4000; ++it) {
+    const bool same_layout = it % 2 == 0;
+    int64_t shape[3] = {uni(1, 4), uni(1, 5), uni(1, 4)};
+    auto layout = [&](int64_t* stride) {  // dims in a random order, random padding
+      int perm[3] = {0, 1, 2};
+      std::shuffle(perm, perm + 3, rng);
+      int64_t s = 1;
+      for (int k = 2; k >= 0; --k) {
+        stride[perm[k]] = s;
+        s = s * shape[perm[k]] + uni(0, 3);
+      }
+    };
+    int64_t sx[3], sy[3];
+    layout(sx);
+    if (same_layout) std::copy(sx, sx + 3, sy); else layout(sy);
+    auto offsets = [&](int64_t base, const int64_t* st) {
+      std::set<int64_t> o;
+      for (int64_t b = 0; b < shape[0]; ++b)
+        for (int64_t t = 0; t < shape[1]; ++t)
+          for (int64_t d = 0; d < shape[2]; ++d) o.insert(base + b * st[0] + t * st[1] + d * st[2]);
+      return o;
+    };
+    const int64_t ox = 400 + uni(0, 50), oy = ox + uni(-300, 300);
+    const std::set<int64_t> X = offsets(ox, sx), Y = offsets(oy, sy);
+    bool shared = false;
+    for (int64_t o : Y) shared = shared || X.count(o);
+    sc_conv_args a = shortconv::conv_args();
+    a.width = 1;
+    a.exec.backend = SC_BACKEND_REF;
+    a.x = shortconv::tensor(buf.data() + ox, SC_F32, {shape[0], shape[1], shape[2]},
+                            {sx[0], sx[1], sx[2]});
+    a.y = shortconv::tensor(buf.data() + oy, SC_F32, {shape[0], shape[1], shape[2]},
+                            {sy[0], sy[1], sy[2]});
+    a.weight = shortconv::tensor(w.data(), SC_F32, {shape[2], 1});
+    sc_error err;
+    const sc_status st = sc_validate(&a, 0, &err);
+    SCOPED_TRACE("it " + std::to_string(it) + ": " + err.message);
+    if (shared) {
+      ++overlapping;
+      EXPECT_EQ(st, SC_ERR_INVALID_ARGUMENT);
+      EXPECT_TRUE(names(err.message, "y") && names(err.message, "x"));
+    } else if (same_layout) {
+      ++disjoint_same;
+      EXPECT_EQ(st, SC_OK);
+      accepted_same += st == SC_OK;
+    } else if (st != SC_OK) {
+      EXPECT_TRUE(names(err.message, "y") && names(err.message, "x"));  // conservative is fine
+    }
+  }
+  EXPECT_GT(overlapping, 300);
+  EXPECT_GT(disjoint_same, 200);
+  EXPECT_EQ(accepted_same, disjoint_same);
 }
 
 // A valid but enormous problem (D = 2^40 through a broadcast weight, T = 0)
