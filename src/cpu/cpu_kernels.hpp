@@ -165,15 +165,24 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
   };
   if (want_dh0 && nh == 0) store_dh0();
 
-  // dx[t] = sum_k w[k] dpre[t+W-1-k] (+ dht), t = r-(W-1); dpre[r] in slot cur
-  auto dx_vec = [&](int64_t j, int nl, int base, int64_t t) {
+  // dx[t] = sum_k w[k] dpre[t+W-1-k] (+ dht), t = r-(W-1); dpre[r] in slot cur.
+  // (Flags and row pointers are hoisted into locals: the float stores into
+  // the rings may alias the Problem as far as the compiler knows.)
+  const bool has_dht = bool(p.dht);
+  // wk(k): weight tap k of vector j -- cached in registers for WT > 0 (the
+  // compiler cannot keep them itself: the ring stores might alias wT).
+  V wv[WT ? WT : 1];
+  auto wk = [&](int64_t j, int k) -> V {
+    if constexpr (WT > 0) return wv[k];
+    else return O::load(wT + k * Dp + j);
+  };
+  auto dx_vec = [&](int64_t j, int nl, int base, int64_t t, XT* dxr, bool dht_row) {
     V acc = O::zero();
     for (int k = 0; k < W; ++k)
-      acc = O::fma(O::load(wT + k * Dp + j), O::load(gring + ring_slot(base, W - 1 - k, W) * td + j), acc);
-    if (p.dht && S + t >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t - Ln, nl);
-    store_lanes<O>(dx_ + t * dxst + j * dxsd, dxsd, nl, acc);
+      acc = O::fma(wk(j, k), O::load(gring + ring_slot(base, W - 1 - k, W) * td + j), acc);
+    if (dht_row) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t - Ln, nl);
+    store_lanes<O>(dxr + j * dxsd, dxsd, nl, acc);
   };
-
   for (int64_t r = tb; r < rend; ++r) {
     const int base = int((r - tb) % W);         // slot of position r-(W-1)
     const int cur = ring_slot(base, W - 1, W);  // slot of position r
@@ -182,20 +191,34 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
     const bool emit = dx_ && r - (W - 1) >= tb;
     const bool acc_dw = part && r < te;
     const bool pf = r + kPrefetchRows < rend;
+    const int64_t t_out = r - (W - 1);
+    XT* dxr = emit ? dx_ + t_out * dxst : nullptr;
+    const bool dht_row = has_dht && S + t_out >= Ln;
     for (int64_t j = 0; j < nd; j += L) {
       const int nl = int(std::min<int64_t>(L, nd - j));
       if (pf) {
         prefetch(xr + j * xsd, xst, 0);
         if (gr) prefetch(gr + j * gsd, gst, 0);
-        if (emit) prefetch(dx_ + (r - (W - 1)) * dxst + j * dxsd, dxst, 1);
+        if (emit) prefetch(dxr + j * dxsd, dxst, 1);
       }
+      if constexpr (WT > 0)
+        for (int k = 0; k < W; ++k) wv[k] = O::load(wT + k * Dp + j);
+      // uk(k): x at r-(W-1)+k (the window; k = W-1 is the new row xv)
+      V uv[WT ? WT : 1];
       const V xv = load_lanes<O>(xr + j * xsd, xsd, nl);
+      if constexpr (WT > 0) {
+        for (int k = 0; k < W - 1; ++k) uv[k] = O::load(xring + ring_slot(base, k, W) * td + j);
+        uv[W - 1] = xv;
+      }
+      auto uk = [&](int k) -> V {
+        if constexpr (WT > 0) return uv[k];
+        else return k == W - 1 ? xv : O::load(xring + ring_slot(base, k, W) * td + j);
+      };
       O::store(xring + cur * td + j, xv);
       V dp = O::zero();
       if (gr) {
         V acc = O::load(bias + j);
-        for (int k = 0; k < W; ++k)
-          acc = O::fma(O::load(wT + k * Dp + j), O::load(xring + ring_slot(base, k, W) * td + j), acc);
+        for (int k = 0; k < W; ++k) acc = O::fma(wk(j, k), uk(k), acc);
         const V gy = load_lanes<O>(gr + j * gsd, gsd, nl);
         dp = SILU ? gy * silu_grad<O>(acc) : gy;
       }
@@ -203,11 +226,11 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
       if (acc_dw) {  // part: [W+1][td] -- dweight rows, then dbias
         for (int k = 0; k < W; ++k) {
           A* pk = part + k * td + j;
-          O::store(pk, O::fma(dp, O::load(xring + ring_slot(base, k, W) * td + j), O::load(pk)));
+          O::store(pk, O::fma(dp, uk(k), O::load(pk)));
         }
         O::store(part + W * td + j, O::load(part + W * td + j) + dp);
       }
-      if (emit) dx_vec(j, nl, base, r - (W - 1));
+      if (emit) dx_vec(j, nl, base, t_out, dxr, dht_row);
     }
     if (want_dh0 && r == nh - 1) store_dh0();
   }
@@ -215,8 +238,14 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
     for (int64_t r = std::max(rend, tb); r < te + W - 1; ++r) {  // dpre = 0 past the end
       const int base = int((r - tb) % W), cur = ring_slot(base, W - 1, W);
       for (int64_t j = 0; j < nd; j += L) O::store(gring + cur * td + j, O::zero());
-      if (r - (W - 1) >= tb)
-        for (int64_t j = 0; j < nd; j += L) dx_vec(j, int(std::min<int64_t>(L, nd - j)), base, r - (W - 1));
+      const int64_t t_out = r - (W - 1);
+      if (t_out >= tb)
+        for (int64_t j = 0; j < nd; j += L) {
+          if constexpr (WT > 0)
+            for (int k = 0; k < W; ++k) wv[k] = O::load(wT + k * Dp + j);
+          dx_vec(j, int(std::min<int64_t>(L, nd - j)), base, t_out, dx_ + t_out * dxst,
+                 has_dht && S + t_out >= Ln);
+        }
     }
   }
 }

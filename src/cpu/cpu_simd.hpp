@@ -11,10 +11,10 @@
 // to the storage type with round-to-nearest-even (bitwise identical to
 // core/dtype.hpp, which the strided and tail paths use lane by lane).
 //
-// exp: Cephes-style range reduction 2^n * exp(r), |r| <= ln2/2, degree-6
-// polynomial: ~1.5 ulp in float, far below the 1e-5 fp32 tolerance.  SiLU's
-// 1/(1+e) uses a reciprocal estimate plus one Newton step on AVX (the division
-// would otherwise bound the forward).
+// exp: Cephes-style range reduction 2^n * exp(r), |r| <= ln2/2, degree-7
+// polynomial: ~2 ulp in float, far below the 1e-5 fp32 tolerance.  SiLU
+// divides (one vdivps: it runs beside the FMA pipes and is shorter, in
+// scheduler entries and latency, than a reciprocal estimate + Newton step).
 
 struct OpsF {
   using A = float;
@@ -45,17 +45,6 @@ struct OpsF {
     return a * b + c;
 #endif
   }
-  static V rcp(V d) {  // 1/d, ~1 ulp
-#if SC_ISA == 2
-    V r = _mm512_rcp14_ps(d);
-    return fma(r, fma(-d, r, set1(1.f)), r);
-#elif SC_ISA == 1
-    V r = _mm256_rcp_ps(d);
-    return fma(r, fma(-d, r, set1(1.f)), r);
-#else
-    return set1(1.f) / d;
-#endif
-  }
   static V clamp(V x, float lo, float hi) {
     const V l = set1(lo), h = set1(hi);
     x = x < l ? l : x;
@@ -75,14 +64,15 @@ struct OpsF {
 #endif
     V r = fma(n, set1(-0.693359375f), x);
     r = fma(n, set1(2.12194440e-4f), r);
-    V q = set1(1.9875691500e-4f);
-    q = fma(q, r, set1(1.3981999507e-3f));
-    q = fma(q, r, set1(8.3334519073e-3f));
-    q = fma(q, r, set1(4.1665795894e-2f));
-    q = fma(q, r, set1(1.6666665459e-1f));
-    q = fma(q, r, set1(5.0000001201e-1f));
-    q = fma(q, r, set1(1.f));
-    q = fma(q, r, set1(1.f));
+    // 1 + r + r^2 (c2 + c3 r + c4 r^2 + c5 r^3 + c6 r^4 + c7 r^5), Estrin's
+    // scheme: a dependency chain of 4 instead of 7 FMAs (the sigmoid is
+    // latency bound: shorter chains let more vectors overlap).
+    const V r2 = r * r;
+    const V a = fma(set1(1.6666665459e-1f), r, set1(5.0000001201e-1f));
+    const V b = fma(set1(8.3334519073e-3f), r, set1(4.1665795894e-2f));
+    const V c = fma(set1(1.9875691500e-4f), r, set1(1.3981999507e-3f));
+    V q = fma(fma(c, r2, b), r2, a);
+    q = fma(q, r2, r + set1(1.f));
 #if SC_ISA == 2
     return _mm512_scalef_ps(q, n);
 #else
@@ -159,7 +149,6 @@ struct OpsD {
   static V load(const double* p) { V v; std::memcpy(&v, p, sizeof v); return v; }
   static void store(double* p, V v) { std::memcpy(p, &v, sizeof v); }
   static V fma(V a, V b, V c) { return a * b + c; }
-  static V rcp(V d) { return set1(1.0) / d; }
   static V exp(V x) {
     for (int i = 0; i < L; ++i) x[i] = std::exp(x[i]);
     return x;
@@ -212,15 +201,12 @@ inline void store_state_lanes(const View& v, int64_t row, int64_t d, int64_t j, 
   for (int i = 0; i < n; ++i) store_f64(v.data, v.dtype, v.off(row, d + i, j), double(t[i]));
 }
 
-// silu(z) = z * sigmoid(z); its derivative sigmoid(z) * (1 + z * (1 - sigmoid(z))).
+// silu(z) = z * sigmoid(z) = z / (1 + e^-z); its derivative
+// sigmoid(z) * (1 + z * (1 - sigmoid(z))).
 template <class O>
-inline typename O::V sigmoid(typename O::V z) {
-  return O::rcp(O::set1(1) + O::exp(-z));
-}
-template <class O>
-inline typename O::V silu(typename O::V z) { return z * sigmoid<O>(z); }
+inline typename O::V silu(typename O::V z) { return z / (O::set1(1) + O::exp(-z)); }
 template <class O>
 inline typename O::V silu_grad(typename O::V z) {
-  const typename O::V s = sigmoid<O>(z);
+  const typename O::V s = O::set1(1) / (O::set1(1) + O::exp(-z));
   return s * O::fma(z, O::set1(1) - s, O::set1(1));
 }
