@@ -261,16 +261,22 @@ int check_main(int argc, char** argv) {
 
   bool all_ok = true;
   double worst_ratio = 0;
+  double max_err[5] = {0, 0, 0, 0, 0};  // y, dx, dweight, dbias, dh0 vs the oracle
   for (const Row& r : rows) {
     all_ok = all_ok && r.ok;
     worst_ratio = std::max(worst_ratio, std::fabs(r.r.ratio - 1.0));
+    const double e[5] = {r.err_y, r.err_dx, r.err_dw, r.err_db, r.err_dh0};
+    for (int k = 0; k < 5; ++k) max_err[k] = std::max(max_err[k], e[k]);
   }
 
   if (json) {
     std::printf("{\"ok\": %s, \"backend\": %s, \"dtype\": \"float32\", \"ratio_tol\": %s, "
-                "\"worst_ratio_dev\": %s, \"cases\": [",
+                "\"worst_ratio_dev\": %s, \"max_err\": {\"y\": %s, \"dx\": %s, \"dweight\": %s, "
+                "\"dbias\": %s, \"dh0\": %s}, \"cases\": [",
                 all_ok ? "true" : "false", json_str(bname).c_str(), json_num(kRatioTol).c_str(),
-                json_num(worst_ratio).c_str());
+                json_num(worst_ratio).c_str(), json_num(max_err[0]).c_str(),
+                json_num(max_err[1]).c_str(), json_num(max_err[2]).c_str(),
+                json_num(max_err[3]).c_str(), json_num(max_err[4]).c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::printf("%s\n  {\"kind\": %s, \"W\": %d, \"head\": %lld, \"tail\": %lld, \"tile\": %lld, "
@@ -312,7 +318,10 @@ int check_main(int argc, char** argv) {
   }
   int failed = 0;
   for (const Row& r : rows) failed += !r.ok;
-  std::printf("\n%zu cases, %d failed; worst |ratio - 1| = %.2e; %s\n", rows.size(), failed,
+  std::printf("\nmax rel error vs the oracle: y %.2e  dx %.2e  dweight %.2e  dbias %.2e  dh0 %.2e "
+              "(tolerance %.0e)\n",
+              max_err[0], max_err[1], max_err[2], max_err[3], max_err[4], kFp32Tol);
+  std::printf("%zu cases, %d failed; worst |ratio - 1| = %.2e; %s\n", rows.size(), failed,
               worst_ratio, all_ok ? "OK" : "FAILED");
   if (!all_ok && !opt.has("--verbose"))
     for (const Row& r : rows)
