@@ -67,10 +67,11 @@ struct TmBwd {
       A cur = A(0), dp = A(0);
       if (in_seq) {
         cur = to_f(xv.v[c]);
-        A pre = fma(wp[H][c], cur, bs[c]);
+        A pre = bs[c];  // same order as the forward: pre is bitwise the forward's
 #pragma unroll
         for (int k = 0; k < H; ++k)
           if (k >= kpad) pre = fma(wp[k][c], sl[k][c], pre);
+        pre = fma(wp[H][c], cur, pre);
         dp = to_f(gv.v[c]) * act_grad(act, pre);
       }
       if (OWN && want_dw) {
@@ -266,11 +267,11 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_cm(const Args a) {
   for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; t0 < tend; t0 += 32 * VEC) {
     A u[H + VEC + H];  // u[H + i] = u(t0 + i), i in [-H, VEC + H)
     A g[VEC + H];      // g[i] = dy(t0 + i)
-    const Pack<T, VEC> xv = *reinterpret_cast<const Pack<T, VEC>*>(xr + t0);
+    const Pack<T, VEC> xv = ldp<T, VEC>(xr + t0);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) u[H + i] = to_f(xv.v[i]);
     if (gr) {
-      const Pack<T, VEC> gv = *reinterpret_cast<const Pack<T, VEC>*>(gr + t0);
+      const Pack<T, VEC> gv = ldp<T, VEC>(gr + t0);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) g[i] = to_f(gv.v[i]);
     } else {
@@ -293,9 +294,9 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_cm(const Args a) {
     for (int i = 0; i < VEC + H; ++i) {
       A v = A(0);
       if (i < VEC + W - 1 && t0 + i < a.T) {
-        A pre = bs;
+        A pre = bs;  // same order as the forward
 #pragma unroll
-        for (int j = 0; j < WMAX; ++j)
+        for (int j = WMAX - 1; j >= 0; --j)
           if (j < W) pre = fma(wr[j], u[H + i - j], pre);
         v = g[i] * act_grad(a.act, pre);
       }
@@ -323,7 +324,7 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_cm(const Args a) {
           v += ld<A>(a.dht.p, a.dht.dt, b * a.dht.s0 + d * a.dht.s1 + (a.S + t - a.T) * a.dht.s2);
         out.v[i] = to_t<T>(v);
       }
-      *reinterpret_cast<Pack<T, VEC>*>(dxr + t0) = out;
+      stp<T, VEC>(dxr + t0, out);
     }
   }
   if (!want_dw) return;

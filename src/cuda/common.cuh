@@ -92,41 +92,87 @@ struct alignas(sizeof(T) * CH) Pack {
   T v[CH];
 };
 
-// One CH-element vector at p (CH-aligned when CH > 1).
+// One CH-element vector at p (CH-aligned when CH > 1), moved as one raw
+// integer access: a struct copy of __nv_bfloat16 members would be split into
+// 2-byte stores by the compiler (seen in SASS: STG.E.U16 per element).
+template <int BYTES> struct RawOf;
+template <> struct RawOf<16> { using type = uint4; };
+template <> struct RawOf<8> { using type = uint2; };
+template <> struct RawOf<4> { using type = unsigned; };
+template <> struct RawOf<2> { using type = unsigned short; };
+
 template <class T, int CH>
 __device__ __forceinline__ Pack<T, CH> ldp(const T* p) {
-  if constexpr (CH == 1) {
-    return Pack<T, 1>{{p[0]}};
-  } else {
-    return *reinterpret_cast<const Pack<T, CH>*>(p);
-  }
+  using R = typename RawOf<int(sizeof(T)) * CH>::type;
+  const R r = *reinterpret_cast<const R*>(p);
+  Pack<T, CH> v;
+  memcpy(&v, &r, sizeof(R));
+  return v;
 }
 template <class T, int CH>
 __device__ __forceinline__ void stp(T* p, const Pack<T, CH>& v) {
-  if constexpr (CH == 1) {
+  constexpr int kBytes = int(sizeof(T)) * CH;
+  if constexpr (kBytes < 4) {
     p[0] = v.v[0];
   } else {
-    *reinterpret_cast<Pack<T, CH>*>(p) = v;
+    // Assemble 32-bit words by hand: a memcpy of the whole struct was split
+    // back into 16-bit pieces (st.global.v2.u16 pairs instead of one .v2.u32).
+    constexpr int kWords = kBytes / 4;
+    unsigned w[kWords];
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) {
+      if constexpr (sizeof(T) == 2) {
+        unsigned short lo, hi;
+        memcpy(&lo, &v.v[2 * i], 2);
+        memcpy(&hi, &v.v[2 * i + 1], 2);
+        w[i] = unsigned(lo) | (unsigned(hi) << 16);
+      } else if constexpr (sizeof(T) == 4) {
+        memcpy(&w[i], &v.v[i], 4);
+      } else {
+        unsigned long long b;
+        memcpy(&b, &v.v[i / 2], 8);
+        w[i] = (i % 2) ? unsigned(b >> 32) : unsigned(b);
+      }
+    }
+    // Inline PTX: even a uint2/uint4 store of these words came out as 32-bit
+    // pieces (ptx st.global.u32); one vector store per pack is the point.
+    if constexpr (kWords == 4)
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
+                   "r"(w[2]), "r"(w[3]) : "memory");
+    else if constexpr (kWords == 2)
+      asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1]) : "memory");
+    else
+      asm volatile("st.global.u32 [%0], %1;" ::"l"(p), "r"(w[0]) : "memory");
   }
 }
 
 // ---- activation ----------------------------------------------------------------
 
-// fp32: MUFU ex2 + rcp (a few ulp; far below the 1e-5 fp32 tolerance).  The
-// IEEE division would be a ~15-instruction subroutine per element, which made
-// the bf16 kernels issue-bound.  For z -> -inf, 1+e^-z = inf and rcp gives 0.
-__device__ __forceinline__ float sigm(float z) { return __fdividef(1.f, 1.f + __expf(-z)); }
+// fp32: MUFU ex2 + rcp with flush-to-zero (a few ulp; far below the 1e-5
+// fp32 tolerance).  The IEEE division was a ~15-instruction subroutine per
+// element and the denormal handling of __expf three more.  z -> +inf:
+// 2^(-z log2 e) flushes to 0, sigmoid 1; z -> -inf: rcp(inf) = 0.
+__device__ __forceinline__ float sigm(float z) {
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(z * -1.4426950408889634f));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.f + e));
+  return r;
+}
 __device__ __forceinline__ double sigm(double z) { return 1.0 / (1.0 + exp(-z)); }
 
+// Branch-free in the activation (the sigmoid is computed either way): a
+// per-element branch kept the compiler from interleaving the MUFU chains of
+// neighbouring elements.
 template <class A>
 __device__ __forceinline__ A act_fwd(int act, A z) {
-  return act == SC_ACT_SILU ? z * sigm(z) : z;
+  const A y = z * sigm(z);
+  return act == SC_ACT_SILU ? y : z;
 }
 template <class A>
 __device__ __forceinline__ A act_grad(int act, A z) {
-  if (act != SC_ACT_SILU) return A(1);
   const A s = sigm(z);
-  return s * (A(1) + z * (A(1) - s));
+  const A g = s * (A(1) + z * (A(1) - s));
+  return act == SC_ACT_SILU ? g : A(1);
 }
 
 // ---- sequences and state rows (clamped) -------------------------------------------

@@ -57,10 +57,11 @@ struct TmFwd {
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
       const A cur = to_f(xv.v[c]);
-      A acc = fma(wp[H][c], cur, bs[c]);
+      A acc = bs[c];  // bias, then taps oldest -> newest: the order of every path
 #pragma unroll
       for (int k = 0; k < H; ++k)
         if (k >= kpad) acc = fma(wp[k][c], sl[k][c], acc);
+      acc = fma(wp[H][c], cur, acc);
       A o = act_fwd(act, acc);
       if (res) o += to_f(rv.v[c]);
       out.v[c] = to_t<T>(o);
@@ -195,9 +196,9 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_cm(const Args a) {
   T* yr = static_cast<T*>(a.y.p) + b * a.y.s0 + d * a.y.s2;
   const int64_t tend = (tile + 1) * a.tile_t < a.T ? (tile + 1) * a.tile_t : a.T;
   for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; t0 < tend; t0 += 32 * VEC) {
-    const Pack<T, VEC> xv = *reinterpret_cast<const Pack<T, VEC>*>(xr + t0);
+    const Pack<T, VEC> xv = ldp<T, VEC>(xr + t0);
     Pack<T, VEC> rv;
-    if (rr) rv = *reinterpret_cast<const Pack<T, VEC>*>(rr + t0);
+    if (rr) rv = ldp<T, VEC>(rr + t0);
     A u[H + VEC];  // u[H + i] = x[t0 + i]; u[H - 1 - i] = u(t0 - 1 - i)
 #pragma unroll
     for (int i = 0; i < H; ++i) {
@@ -211,15 +212,15 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_cm(const Args a) {
     Pack<T, VEC> out;
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      A acc = bs;
+      A acc = bs;  // bias, then taps oldest -> newest (j = W-1 .. 0): the order of every path
 #pragma unroll
-      for (int j = 0; j < WMAX; ++j)
+      for (int j = WMAX - 1; j >= 0; --j)
         if (j < W) acc = fma(wr[j], u[H + i - j], acc);
       A o = act_fwd(a.act, acc);
       if (rr) o += to_f(rv.v[i]);
       out.v[i] = to_t<T>(o);
     }
-    *reinterpret_cast<Pack<T, VEC>*>(yr + t0) = out;
+    stp<T, VEC>(yr + t0, out);
   }
 }
 
