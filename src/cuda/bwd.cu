@@ -48,6 +48,7 @@ struct TmBwd {
   using A = acc_t<T>;
   using P = Pack<T, CH>;
   static constexpr int H = WMAX - 1;
+  static constexpr bool kFast = sizeof(T) == 2;  // one-MUFU sigmoid (common.cuh)
 
   int kpad, act;
   bool want_dx, want_dw;
@@ -66,13 +67,13 @@ struct TmBwd {
     for (int c = 0; c < CH; ++c) {
       A cur = A(0), dp = A(0);
       if (in_seq) {
-        cur = to_f(xv.v[c]);
+        cur = xv.get(c);
         A pre = bs[c];  // same order as the forward: pre is bitwise the forward's
 #pragma unroll
         for (int k = 0; k < H; ++k)
           if (k >= kpad) pre = fma(wp[k][c], sl[k][c], pre);
         pre = fma(wp[H][c], cur, pre);
-        dp = to_f(gv.v[c]) * act_grad(act, pre);
+        dp = gv.get(c) * act_grad<A, kFast>(act, pre);
       }
       if (OWN && want_dw) {
         db[c] += dp;
@@ -104,16 +105,14 @@ struct TmBwd {
     const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + d0 * a.x.s2;
     const T* gp = a.dy.p ? static_cast<const T*>(a.dy.p) + q.b * a.dy.s0 + d0 * a.dy.s2 : nullptr;
     T* dp = a.dx.p ? static_cast<T*>(a.dx.p) + q.b * a.dx.s0 + d0 * a.dx.s2 : nullptr;
-    P zero;
-#pragma unroll
-    for (int c = 0; c < CH; ++c) zero.v[c] = to_t<T>(A(0));
+    const P zero = P::zero();
 #pragma unroll
     for (int i = 0; i < H; ++i) {
       const int64_t tok = t - H + i;
       if (i >= kpad && tok >= q.s) {
         const P v = ldp<T, CH>(xp + tok * sx);
 #pragma unroll
-        for (int c = 0; c < CH; ++c) sl[i][c] = to_f(v.v[c]);
+        for (int c = 0; c < CH; ++c) sl[i][c] = v.get(c);
       } else {
 #pragma unroll
         for (int c = 0; c < CH; ++c)
@@ -135,16 +134,16 @@ struct TmBwd {
       if (tp < e) step<true>(xv, gv, in_seq, dxo); else step<false>(xv, gv, in_seq, dxo);
       const int64_t tout = tp - H;
       if (!dp || tout < t) return;
-      P out;
+      A out[CH];
 #pragma unroll
       for (int c = 0; c < CH; ++c) {
         A v = dxo[c];
         if (a.dht.p && tout - q.s >= q.L - a.S)
           v += ld<A>(a.dht.p, a.dht.dt,
                      n * a.dht.s0 + (d0 + c) * a.dht.s1 + (a.S + tout - q.s - q.L) * a.dht.s2);
-        out.v[c] = to_t<T>(v);
+        out[c] = v;
       }
-      stp<T, CH>(dp + tout * sd, out);
+      stp<T, CH>(dp + tout * sd, P::make(out));
     };
     int64_t tp = t;
     for (const int64_t w_end = fast_begin < stop ? fast_begin : stop; tp < w_end; ++tp) generic(tp);
@@ -161,10 +160,7 @@ struct TmBwd {
         A dxo[CH];
         step<true>(xv[u], gv[u], true, dxo);
         if (dp) {
-          P out;
-#pragma unroll
-          for (int c = 0; c < CH; ++c) out.v[c] = to_t<T>(dxo[c]);
-          stp<T, CH>(dp + (tp + u - H) * sd, out);
+          stp<T, CH>(dp + (tp + u - H) * sd, P::make(dxo));
         }
       }
     }
@@ -269,11 +265,11 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_cm(const Args a) {
     A g[VEC + H];      // g[i] = dy(t0 + i)
     const Pack<T, VEC> xv = ldp<T, VEC>(xr + t0);
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) u[H + i] = to_f(xv.v[i]);
+    for (int i = 0; i < VEC; ++i) u[H + i] = xv.get(i);
     if (gr) {
       const Pack<T, VEC> gv = ldp<T, VEC>(gr + t0);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) g[i] = to_f(gv.v[i]);
+      for (int i = 0; i < VEC; ++i) g[i] = gv.get(i);
     } else {
 #pragma unroll
       for (int i = 0; i < VEC; ++i) g[i] = A(0);
@@ -298,7 +294,7 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_cm(const Args a) {
 #pragma unroll
         for (int j = WMAX - 1; j >= 0; --j)
           if (j < W) pre = fma(wr[j], u[H + i - j], pre);
-        v = g[i] * act_grad(a.act, pre);
+        v = g[i] * act_grad<A, sizeof(T) == 2>(a.act, pre);
       }
       dp[i] = v;
     }
@@ -312,7 +308,7 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_cm(const Args a) {
       }
     }
     if (dxr) {
-      Pack<T, VEC> out;
+      A out[VEC];
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         A v = A(0);
@@ -322,9 +318,9 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_cm(const Args a) {
         const int64_t t = t0 + i;
         if (a.dht.p && t >= a.T - a.S)
           v += ld<A>(a.dht.p, a.dht.dt, b * a.dht.s0 + d * a.dht.s1 + (a.S + t - a.T) * a.dht.s2);
-        out.v[i] = to_t<T>(v);
+        out[i] = v;
       }
-      stp<T, VEC>(dxr + t0, out);
+      stp<T, VEC>(dxr + t0, Pack<T, VEC>::make(out));
     }
   }
   if (!want_dw) return;

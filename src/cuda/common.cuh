@@ -86,64 +86,111 @@ __device__ __forceinline__ int64_t ld_index(const DTensor& t, int64_t i) {
 }
 
 // ---- vectors of CH consecutive elements ---------------------------------------------
+//
+// A Pack holds the raw bits of CH elements in 32-bit words and converts
+// element by element to the accumulator type.  (A struct of __nv_bfloat16
+// members was copied and stored 16 bits at a time by the compiler: PRMT
+// shuffles per element and split stores, seen in SASS.)
 
 template <class T, int CH>
-struct alignas(sizeof(T) * CH) Pack {
-  T v[CH];
+struct Pack {
+  using A = acc_t<T>;
+  static constexpr int kBytes = int(sizeof(T)) * CH;
+  static constexpr int kWords = kBytes < 4 ? 1 : kBytes / 4;
+  unsigned w[kWords];
+
+  __device__ __forceinline__ static Pack zero() {
+    Pack p;
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) p.w[i] = 0u;  // +0.0 in every dtype
+    return p;
+  }
+  // Element i (a compile-time index after unrolling) as the accumulator type.
+  __device__ __forceinline__ A get(int i) const {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      const unsigned x = w[i / 2];
+      return __uint_as_float((i % 2) ? (x & 0xffff0000u) : (x << 16));
+    } else if constexpr (std::is_same_v<T, __half>) {
+      const unsigned x = w[i / 2];
+      return __half2float(__ushort_as_half((unsigned short)((i % 2) ? (x >> 16) : (x & 0xffffu))));
+    } else if constexpr (std::is_same_v<T, float>) {
+      return __uint_as_float(w[i]);
+    } else {
+      return __hiloint2double(int(w[2 * i + 1]), int(w[2 * i]));
+    }
+  }
+  // Rounds CH accumulators once to T (round to nearest even).
+  __device__ __forceinline__ static Pack make(const A (&v)[CH]) {
+    Pack p;
+    if constexpr (sizeof(T) == 2) {
+      if constexpr (CH == 1) {
+        if constexpr (std::is_same_v<T, __nv_bfloat16>)
+          p.w[0] = __bfloat16_as_ushort(__float2bfloat16_rn(v[0]));
+        else
+          p.w[0] = __half_as_ushort(__float2half_rn(v[0]));
+      } else {
+#pragma unroll
+        for (int j = 0; j < CH / 2; ++j) {
+          if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+            const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+            memcpy(&p.w[j], &h, 4);
+          } else {
+            const __half2 h = __floats2half2_rn(v[2 * j], v[2 * j + 1]);
+            memcpy(&p.w[j], &h, 4);
+          }
+        }
+      }
+    } else if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+      for (int i = 0; i < CH; ++i) p.w[i] = __float_as_uint(v[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < CH; ++i) {
+        const long long b = __double_as_longlong(v[i]);
+        p.w[2 * i] = unsigned(b);
+        p.w[2 * i + 1] = unsigned(b >> 32);
+      }
+    }
+    return p;
+  }
 };
 
-// One CH-element vector at p (CH-aligned when CH > 1), moved as one raw
-// integer access: a struct copy of __nv_bfloat16 members would be split into
-// 2-byte stores by the compiler (seen in SASS: STG.E.U16 per element).
-template <int BYTES> struct RawOf;
-template <> struct RawOf<16> { using type = uint4; };
-template <> struct RawOf<8> { using type = uint2; };
-template <> struct RawOf<4> { using type = unsigned; };
-template <> struct RawOf<2> { using type = unsigned short; };
-
+// One pack at p (aligned to its size), one vector access.
 template <class T, int CH>
 __device__ __forceinline__ Pack<T, CH> ldp(const T* p) {
-  using R = typename RawOf<int(sizeof(T)) * CH>::type;
-  const R r = *reinterpret_cast<const R*>(p);
   Pack<T, CH> v;
-  memcpy(&v, &r, sizeof(R));
+  constexpr int kBytes = Pack<T, CH>::kBytes;
+  if constexpr (kBytes == 2) {
+    v.w[0] = *reinterpret_cast<const unsigned short*>(p);
+  } else if constexpr (kBytes == 4) {
+    v.w[0] = *reinterpret_cast<const unsigned*>(p);
+  } else if constexpr (kBytes == 8) {
+    const uint2 r = *reinterpret_cast<const uint2*>(p);
+    v.w[0] = r.x;
+    v.w[1] = r.y;
+  } else {
+    const uint4 r = *reinterpret_cast<const uint4*>(p);
+    v.w[0] = r.x;
+    v.w[1] = r.y;
+    v.w[2] = r.z;
+    v.w[3] = r.w;
+  }
   return v;
 }
 template <class T, int CH>
 __device__ __forceinline__ void stp(T* p, const Pack<T, CH>& v) {
-  constexpr int kBytes = int(sizeof(T)) * CH;
-  if constexpr (kBytes < 4) {
-    p[0] = v.v[0];
-  } else {
-    // Assemble 32-bit words by hand: a memcpy of the whole struct was split
-    // back into 16-bit pieces (st.global.v2.u16 pairs instead of one .v2.u32).
-    constexpr int kWords = kBytes / 4;
-    unsigned w[kWords];
-#pragma unroll
-    for (int i = 0; i < kWords; ++i) {
-      if constexpr (sizeof(T) == 2) {
-        unsigned short lo, hi;
-        memcpy(&lo, &v.v[2 * i], 2);
-        memcpy(&hi, &v.v[2 * i + 1], 2);
-        w[i] = unsigned(lo) | (unsigned(hi) << 16);
-      } else if constexpr (sizeof(T) == 4) {
-        memcpy(&w[i], &v.v[i], 4);
-      } else {
-        unsigned long long b;
-        memcpy(&b, &v.v[i / 2], 8);
-        w[i] = (i % 2) ? unsigned(b >> 32) : unsigned(b);
-      }
-    }
-    // Inline PTX: even a uint2/uint4 store of these words came out as 32-bit
-    // pieces (ptx st.global.u32); one vector store per pack is the point.
-    if constexpr (kWords == 4)
-      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]),
-                   "r"(w[2]), "r"(w[3]) : "memory");
-    else if constexpr (kWords == 2)
-      asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1]) : "memory");
-    else
-      asm volatile("st.global.u32 [%0], %1;" ::"l"(p), "r"(w[0]) : "memory");
-  }
+  constexpr int kBytes = Pack<T, CH>::kBytes;
+  // Inline PTX: plain uint2/uint4 stores of these words came out as 32-bit
+  // pieces (ptx st.global.u32); one vector store per pack is the point.
+  if constexpr (kBytes == 2)
+    *reinterpret_cast<unsigned short*>(p) = (unsigned short)v.w[0];
+  else if constexpr (kBytes == 4)
+    asm volatile("st.global.u32 [%0], %1;" ::"l"(p), "r"(v.w[0]) : "memory");
+  else if constexpr (kBytes == 8)
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.w[0]), "r"(v.w[1]) : "memory");
+  else
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.w[0]), "r"(v.w[1]),
+                 "r"(v.w[2]), "r"(v.w[3]) : "memory");
 }
 
 // ---- activation ----------------------------------------------------------------
@@ -160,17 +207,31 @@ __device__ __forceinline__ float sigm(float z) {
 }
 __device__ __forceinline__ double sigm(double z) { return 1.0 / (1.0 + exp(-z)); }
 
+// 16-bit activations: sigmoid(z) = 0.5 + 0.5 tanh(z/2) with one MUFU.TANH
+// (relative error ~5e-4, eight times below the bf16/fp16 output rounding
+// 2^-8 / 2^-11 ... the outputs' tolerance is 1e-2); halves the MUFU work,
+// which bounded the bf16 kernels.  fp32/fp64 keep the accurate forms.
+__device__ __forceinline__ float sigm_fast(float z) {
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(0.5f * z));
+  return fmaf(0.5f, t, 0.5f);
+}
+template <bool FAST, class A>
+__device__ __forceinline__ A sigmoid(A z) {
+  if constexpr (FAST && std::is_same_v<A, float>) return sigm_fast(z); else return sigm(z);
+}
+
 // Branch-free in the activation (the sigmoid is computed either way): a
 // per-element branch kept the compiler from interleaving the MUFU chains of
 // neighbouring elements.
-template <class A>
+template <class A, bool FAST = false>
 __device__ __forceinline__ A act_fwd(int act, A z) {
-  const A y = z * sigm(z);
+  const A y = z * sigmoid<FAST>(z);
   return act == SC_ACT_SILU ? y : z;
 }
-template <class A>
+template <class A, bool FAST = false>
 __device__ __forceinline__ A act_grad(int act, A z) {
-  const A s = sigm(z);
+  const A s = sigmoid<FAST>(z);
   const A g = s * (A(1) + z * (A(1) - s));
   return act == SC_ACT_SILU ? g : A(1);
 }

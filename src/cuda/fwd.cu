@@ -45,6 +45,7 @@ struct TmFwd {
   using A = acc_t<T>;
   using P = Pack<T, CH>;
   static constexpr int H = WMAX - 1;  // window registers: sl[i] = u(t - H + i)
+  static constexpr bool kFast = sizeof(T) == 2;  // one-MUFU sigmoid (common.cuh)
   static_assert(WMAX >= 2, "window of at least one past input");
 
   int kpad, act;
@@ -53,23 +54,22 @@ struct TmFwd {
   A sl[H][CH];
 
   __device__ __forceinline__ P step(const P& xv, const P& rv, bool res) {
-    P out;
+    A o[CH];
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
-      const A cur = to_f(xv.v[c]);
+      const A cur = xv.get(c);
       A acc = bs[c];  // bias, then taps oldest -> newest: the order of every path
 #pragma unroll
       for (int k = 0; k < H; ++k)
         if (k >= kpad) acc = fma(wp[k][c], sl[k][c], acc);
       acc = fma(wp[H][c], cur, acc);
-      A o = act_fwd(act, acc);
-      if (res) o += to_f(rv.v[c]);
-      out.v[c] = to_t<T>(o);
+      o[c] = act_fwd<A, kFast>(act, acc);
+      if (res) o[c] += rv.get(c);
 #pragma unroll
       for (int i = 0; i + 1 < H; ++i) sl[i][c] = sl[i + 1][c];
       sl[H - 1][c] = cur;
     }
-    return out;
+    return P::make(o);
   }
 
   // Tokens [t, e) of sequence q (all inside it), channels d0 .. d0+CH.
@@ -88,7 +88,7 @@ struct TmFwd {
       if (i >= kpad && tok >= q.s) {
         const P v = ldp<T, CH>(xp + tok * sx);
 #pragma unroll
-        for (int c = 0; c < CH; ++c) sl[i][c] = to_f(v.v[c]);
+        for (int c = 0; c < CH; ++c) sl[i][c] = v.get(c);
       } else {
 #pragma unroll
         for (int c = 0; c < CH; ++c)
@@ -97,7 +97,9 @@ struct TmFwd {
     }
     int64_t tok = t;
     if (tok + kUnroll <= e) {
-      P xv[kUnroll], rv[kUnroll], nx[kUnroll], nr[kUnroll] = {};
+      P xv[kUnroll], rv[kUnroll], nx[kUnroll], nr[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) nr[u] = P::zero();
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) nx[u] = ldp<T, CH>(xp + (tok + u) * sx);
       if (rp) {
@@ -127,7 +129,7 @@ struct TmFwd {
     }
     for (; tok < e; ++tok) {
       const P xv = ldp<T, CH>(xp + tok * sx);
-      P rv{};
+      P rv = P::zero();
       if (rp) rv = ldp<T, CH>(rp + tok * sr);
       const P o = step(xv, rv, rp != nullptr);
       stp<T, CH>(yp + tok * sy, o);
@@ -197,7 +199,7 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_cm(const Args a) {
   const int64_t tend = (tile + 1) * a.tile_t < a.T ? (tile + 1) * a.tile_t : a.T;
   for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; t0 < tend; t0 += 32 * VEC) {
     const Pack<T, VEC> xv = ldp<T, VEC>(xr + t0);
-    Pack<T, VEC> rv;
+    Pack<T, VEC> rv = Pack<T, VEC>::zero();
     if (rr) rv = ldp<T, VEC>(rr + t0);
     A u[H + VEC];  // u[H + i] = x[t0 + i]; u[H - 1 - i] = u(t0 - 1 - i)
 #pragma unroll
@@ -208,19 +210,18 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_cm(const Args a) {
       u[H - 1 - i] = v;
     }
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) u[H + i] = to_f(xv.v[i]);
-    Pack<T, VEC> out;
+    for (int i = 0; i < VEC; ++i) u[H + i] = xv.get(i);
+    A out[VEC];
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       A acc = bs;  // bias, then taps oldest -> newest (j = W-1 .. 0): the order of every path
 #pragma unroll
       for (int j = WMAX - 1; j >= 0; --j)
         if (j < W) acc = fma(wr[j], u[H + i - j], acc);
-      A o = act_fwd(a.act, acc);
-      if (rr) o += to_f(rv.v[i]);
-      out.v[i] = to_t<T>(o);
+      out[i] = act_fwd<A, sizeof(T) == 2>(a.act, acc);
+      if (rr) out[i] += rv.get(i);
     }
-    stp<T, VEC>(yr + t0, out);
+    stp<T, VEC>(yr + t0, Pack<T, VEC>::make(out));
   }
 }
 
