@@ -53,21 +53,20 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
   Ctx c;
   c.p = &p;
   c.plan = &pl;
-  A* wT = reinterpret_cast<A*>(ws + pl.off_w);      // [W][Dp]
-  A* bias = reinterpret_cast<A*>(ws + pl.off_bias);  // [Dp]
+  const Kernels& K = kernels(pick_isa());
+  const int slot = dtype_slot(p.act_dtype);
+  const int64_t L = K.lanes[slot];                  // vector width of the packed layouts
+  A* wb = reinterpret_cast<A*>(ws + pl.off_w);      // [Dp/L][W+1][L]: taps, then bias
   A* halo = (p.h0 && W > 1) ? reinterpret_cast<A*>(ws + pl.off_halo) : nullptr;  // [N][W-1][Dp]
   A* part = (p.dir == Dir::bwd && (p.dweight || p.dbias)) ? reinterpret_cast<A*>(ws + pl.off_part)
                                                           : nullptr;  // [tiles][W+1][tile_d]
-  c.wT = wT;
-  c.bias = bias;
+  c.wT = wb;
   c.halo = halo;
   c.part = part;
   c.scr = pl.ws_scratch ? ws + pl.off_scr : nullptr;
 
-  const Kernels& K = kernels(pick_isa());
   const int wclass = W <= 4 ? W : 0;
   const int silu = p.act == SC_ACT_SILU;
-  const int slot = dtype_slot(p.act_dtype);
   const TileFn tile_fn = p.dir == Dir::fwd ? K.fwd[slot][silu][wclass] : K.bwd[slot][silu][wclass];
   const bool run_tiles = p.dir == Dir::fwd ? bool(p.y) : (p.dx || p.dh0 || part);
 
@@ -81,9 +80,10 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
 #pragma omp for schedule(static)
     for (int64_t d = 0; d < Dp; ++d) {
       const bool real = d < p.D;
+      A* w = wb + (d / L) * (W + 1) * L + d % L;
       for (int k = 0; k < W; ++k)
-        wT[k * Dp + d] = real ? A(load_f64(p.weight.data, p.weight.dtype, p.weight.off(d, k))) : A(0);
-      bias[d] = real && p.bias ? A(load_f64(p.bias.data, p.bias.dtype, p.bias.off(d))) : A(0);
+        w[k * L] = real ? A(load_f64(p.weight.data, p.weight.dtype, p.weight.off(d, k))) : A(0);
+      w[W * L] = real && p.bias ? A(load_f64(p.bias.data, p.bias.dtype, p.bias.off(d))) : A(0);
     }
 
     // ---- 1: states, per (sequence, channel block) ----
@@ -137,11 +137,12 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
 #pragma omp for schedule(static)
       for (int64_t d = 0; d < p.D; ++d) {
         const int64_t dt = d / pl.tile_d, dd = d - dt * pl.tile_d;
+        const int64_t in_tile = (dd / L) * (W + 1) * L + dd % L;  // [tile_d/L][W+1][L]
         for (int k = 0; k <= W; ++k) {
           if (k < W ? !p.dweight : !p.dbias) continue;
           A s = 0;
           for (int64_t ch = 0; ch < pl.n_chunks; ++ch)
-            s += part[((ch * pl.n_dtiles + dt) * (W + 1) + k) * pl.tile_d + dd];
+            s += part[(ch * pl.n_dtiles + dt) * (W + 1) * pl.tile_d + in_tile + k * L];
           if (k < W) store_f64(p.dweight.data, p.dweight.dtype, p.dweight.off(d, k), double(s));
           else store_f64(p.dbias.data, p.dbias.dtype, p.dbias.off(d), double(s));
         }

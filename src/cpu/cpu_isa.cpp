@@ -9,6 +9,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
+#include <utility>
 #include <cmath>
 #include <cstring>
 
@@ -27,7 +29,8 @@ namespace shortconv::cpu {
         {SC_ROW(F, f16_t, false), SC_ROW(F, f16_t, true)},                       \
         {SC_ROW(F, bf16_t, false), SC_ROW(F, bf16_t, true)}, {SC_ROWD(F, false), SC_ROWD(F, true) } \
   }
-#define SC_TABLE(NAME) constexpr Kernels table{NAME, SC_DIR(fwd_tile), SC_DIR(bwd_tile)};
+#define SC_TABLE(NAME) \
+  constexpr Kernels table{NAME, {OpsF::L, OpsF::L, OpsF::L, OpsD::L}, SC_DIR(fwd_tile), SC_DIR(bwd_tile)};
 
 // ---- baseline x86-64 (SSE2) ---------------------------------------------------------
 namespace isa_scalar {

@@ -24,14 +24,18 @@
 // Loop order: time rows outside, vectors of L channels inside, so each tile
 // row is one contiguous run per tensor and every cache line is consumed once.
 // The last W inputs (and, backward, the last W dpre) of every channel of the
-// tile sit in small rings [W][tile_d] (stack, or workspace when large); the
-// slot of time position q is (q - tb + W - 1) mod W.  WT > 0 fixes W at
-// compile time (W <= 4: loops unroll, weights stay in registers).  Sums over
-// k are always taken in increasing k.
+// tile sit in a ring (stack, or workspace when large), VECTOR-MAJOR like the
+// packed weights, so the inner loop needs one pointer per array:
+//   wb   [Dp/L][W+1][L]   weight taps 0..W-1, then bias     (workspace)
+//   ring [tile_d/L][R*W][L]  x window slots, (backward) then dpre slots
+//   part [tile_d/L][W+1][L]  backward partial dweight taps, then dbias
+// The slot of time position q is (q - tb + W - 1) mod W.  WT > 0 fixes W at
+// compile time (W <= 4) and the rows are unrolled in groups of W, so every
+// slot offset is a constant.  Sums over k are always taken in increasing k.
 
-// Prefetch the element `rows` rows ahead in the same column: a tile row is
-// only tile_d channels wide, and with row strides of >= 4 KiB every row
-// starts a new page, where the hardware prefetchers stop.
+// Prefetch the element kPrefetchRows rows ahead in the same column: a tile
+// row is only tile_d channels wide, and with row strides of >= 4 KiB every
+// row starts a new page, where the hardware prefetchers stop.
 constexpr int64_t kPrefetchRows = 2;
 template <class XT>
 inline void prefetch(const XT* p, int64_t row_stride, int write) {
@@ -41,30 +45,46 @@ inline void prefetch(const XT* p, int64_t row_stride, int write) {
 }
 
 // ring slot + k, modulo W (slot < W, k < W)
-inline int ring_slot(int slot, int k, int W) {
+constexpr int ring_slot(int slot, int k, int W) {
   const int s = slot + k;
   return s >= W ? s - W : s;
 }
 
+// Calls row(t, base) for t in [tb, te), base = (t - tb) mod W; for WT > 0 the
+// base is a compile-time constant (rows unrolled in groups of WT).
+template <int WT, class F>
+inline void for_rows(int64_t tb, int64_t te, int W, F&& row) {
+  if constexpr (WT > 0) {
+    for (int64_t t0 = tb; t0 < te; t0 += WT)
+      [&]<int... I>(std::integer_sequence<int, I...>) {
+        (void)((t0 + I < te ? (row(t0 + I, std::integral_constant<int, I>{}), true) : false) && ...);
+      }(std::make_integer_sequence<int, WT>{});
+  } else {
+    for (int64_t t = tb; t < te; ++t) row(t, int((t - tb) % W));
+  }
+}
+
+// Fills ring slots 0..W-2 with x[tb-(W-1) .. tb-1] (halo / zeros before 0).
+// ring stride per vector: R*W*L (R = rings per vector).
 template <class O, int WT, class XT>
 inline void fill_x_ring(const Ctx& c, int64_t n, int64_t tb, int64_t d0, int64_t d1,
-                        typename O::A* ring) {
+                        typename O::A* ring, int R) {
   using V = typename O::V;
   using A = typename O::A;
   constexpr int L = O::L;
   const Problem& p = *c.p;
   const int W = WT ? WT : p.W;
-  const int64_t Dp = c.plan->Dp, td = c.plan->tile_d;
+  const int64_t Dp = c.plan->Dp;
   const A* halo = c.halo ? static_cast<const A*>(c.halo) + n * (W - 1) * Dp : nullptr;  // [W-1][Dp]
   const XT* x = p.x.ptr<const XT>() + seq_base(p, p.x, n);  // x: rows of sequence n
   const int64_t xst = p.x.stride[1], xsd = p.x.stride[2];
   for (int i = 0; i < W - 1; ++i) {  // position tb-(W-1)+i goes to slot i
     const int64_t pos = tb - (W - 1) + i;
-    for (int64_t j = 0; j < d1 - d0; j += L) {
+    for (int64_t j = 0, v = 0; j < d1 - d0; j += L, ++v) {
       const int nl = int(std::min<int64_t>(L, d1 - d0 - j));
-      const V v = pos >= 0 ? load_lanes<O>(x + pos * xst + (d0 + j) * xsd, xsd, nl)
+      const V u = pos >= 0 ? load_lanes<O>(x + pos * xst + (d0 + j) * xsd, xsd, nl)
                            : (halo ? O::load(halo + (W - 1 + pos) * Dp + d0 + j) : O::zero());
-      O::store(ring + i * td + j, v);
+      O::store(ring + (v * R * W + i) * L, u);
     }
   }
 }
@@ -77,9 +97,7 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
   constexpr int L = O::L;
   const Problem& p = *c.p;
   const int W = WT ? WT : p.W;
-  const int64_t Dp = c.plan->Dp, td = c.plan->tile_d;
-  const A* wT = static_cast<const A*>(c.wT) + d0;      // [W][Dp], from channel d0
-  const A* bias = static_cast<const A*>(c.bias) + d0;  // [Dp], from channel d0
+  const A* wb = static_cast<const A*>(c.wT) + d0 * (W + 1);  // [Dp/L][W+1][L], from channel d0
   // x, residual, y: [B, T, D] views; *_ point at (token 0 of sequence n, channel d0)
   const int64_t xst = p.x.stride[1], xsd = p.x.stride[2];
   const XT* x_ = p.x.ptr<const XT>() + seq_base(p, p.x, n) + d0 * xsd;
@@ -88,33 +106,52 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
   const int64_t rst = p.residual.stride[1], rsd = p.residual.stride[2];
   const XT* res_ = p.residual ? p.residual.ptr<const XT>() + seq_base(p, p.residual, n) + d0 * rsd : nullptr;
   const int64_t nd = d1 - d0;
+  const bool contig = xsd == 1 && ysd == 1 && (!res_ || rsd == 1);
+  const int64_t nfull = contig ? nd / L * L : 0;  // channels done by the full-vector loop
 
-  fill_x_ring<O, WT, XT>(c, n, tb, d0, d1, ring);  // ring: [W][td]
-  for (int64_t t = tb; t < te; ++t) {
-    const int base = int((t - tb) % W);            // slot of position t-(W-1)
-    const int cur = ring_slot(base, W - 1, W);     // slot of position t
+  fill_x_ring<O, WT, XT>(c, n, tb, d0, d1, ring, 1);  // ring: [td/L][W][L]
+  for_rows<WT>(tb, te, W, [&](int64_t t, auto base_) {
+    const int base = int(base_);                 // slot of position t-(W-1)
+    const int cur = ring_slot(base, W - 1, W);   // slot of position t
     const XT* xr = x_ + t * xst;
     XT* yr = y_ + t * yst;
     const XT* rr = res_ ? res_ + t * rst : nullptr;
     const bool pf = t + kPrefetchRows < te;
-    for (int64_t j = 0; j < nd; j += L) {
-      const int nl = int(std::min<int64_t>(L, nd - j));
-      if (pf) {
-        prefetch(xr + j * xsd, xst, 0);
-        prefetch(yr + j * ysd, yst, 1);
-        if (rr) prefetch(rr + j * rsd, rst, 0);
+    // one vector: v-th of the tile, channels j..j+nl
+    auto vec = [&](int64_t j, int nl, const A* wv, A* rv, auto full) {
+      V xv;
+      if constexpr (decltype(full)::value) {
+        xv = O::load_x(xr + j);
+      } else {
+        xv = load_lanes<O>(xr + j * xsd, xsd, nl);
       }
-      const V xv = load_lanes<O>(xr + j * xsd, xsd, nl);
-      V acc = O::load(bias + j);
+      V acc = O::load(wv + W * L);  // bias
       for (int k = 0; k < W - 1; ++k)
-        acc = O::fma(O::load(wT + k * Dp + j), O::load(ring + ring_slot(base, k, W) * td + j), acc);
-      acc = O::fma(O::load(wT + (W - 1) * Dp + j), xv, acc);
-      O::store(ring + cur * td + j, xv);
+        acc = O::fma(O::load(wv + k * L), O::load(rv + ring_slot(base, k, W) * L), acc);
+      acc = O::fma(O::load(wv + (W - 1) * L), xv, acc);
+      O::store(rv + cur * L, xv);
       V out = SILU ? silu<O>(acc) : acc;
-      if (rr) out = out + load_lanes<O>(rr + j * rsd, rsd, nl);
-      store_lanes<O>(yr + j * ysd, ysd, nl, out);
+      if constexpr (decltype(full)::value) {
+        if (rr) out = out + O::load_x(rr + j);
+        O::store_x(yr + j, out);
+      } else {
+        if (rr) out = out + load_lanes<O>(rr + j * rsd, rsd, nl);
+        store_lanes<O>(yr + j * ysd, ysd, nl, out);
+      }
+    };
+    const A* wv = wb;
+    A* rv = ring;
+    int64_t j = 0;
+    for (; j < nfull; j += L, wv += (W + 1) * L, rv += W * L) {
+      if (pf) {
+        prefetch(xr + j, xst, 0);
+        prefetch(yr + j, yst, 1);
+      }
+      vec(j, L, wv, rv, std::true_type{});
     }
-  }
+    for (; j < nd; j += L, wv += (W + 1) * L, rv += W * L)
+      vec(j, int(std::min<int64_t>(L, nd - j)), wv, rv, std::false_type{});
+  });
 }
 
 template <class O, int WT, class XT, bool SILU>
@@ -126,9 +163,7 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
   const Problem& p = *c.p;
   const int W = WT ? WT : p.W;
   const int S = p.S, off = p.S - (W - 1);
-  const int64_t Dp = c.plan->Dp, td = c.plan->tile_d;
-  const A* wT = static_cast<const A*>(c.wT) + d0;      // [W][Dp], from channel d0
-  const A* bias = static_cast<const A*>(c.bias) + d0;  // [Dp], from channel d0
+  const A* wb = static_cast<const A*>(c.wT) + d0 * (W + 1);  // [Dp/L][W+1][L], from channel d0
   // x, dy, dx: [B, T, D] views; *_ point at (token 0 of sequence n, channel d0)
   const int64_t xst = p.x.stride[1], xsd = p.x.stride[2];
   const XT* x_ = p.x.ptr<const XT>() + seq_base(p, p.x, n) + d0 * xsd;
@@ -138,114 +173,119 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
   XT* dx_ = p.dx ? p.dx.ptr<XT>() + seq_base(p, p.dx, n) + d0 * dxsd : nullptr;
   const int64_t nd = d1 - d0;
   const bool want_dh0 = p.dh0 && tb == 0;
+  const bool has_dht = bool(p.dht);
   const int64_t nh = std::min<int64_t>(W - 1, Ln);  // dpre rows that reach h0
   // Rows whose dpre is needed: the piece, W-1 rows of look-ahead for dx, and
   // (first piece) the rows that reach h0.
   const int64_t rend = dx_ ? std::min<int64_t>(te + W - 1, Ln) : std::max(te, want_dh0 ? nh : 0);
+  const int RW = 2 * W;  // ring per vector: [x slots W][dpre slots W][L]
+  const bool contig = xsd == 1 && (!dy_ || gsd == 1) && (!dx_ || dxsd == 1);
+  const int64_t nfull = contig ? nd / L * L : 0;
 
-  A* xring = ring;           // [W][td] x window
-  A* gring = ring + W * td;  // [W][td] dpre window, same slots as xring
-  fill_x_ring<O, WT, XT>(c, n, tb, d0, d1, xring);
+  fill_x_ring<O, WT, XT>(c, n, tb, d0, d1, ring, 2);
 
-  // dh0[jj] = sum_k w[k] dpre[jj-off-k] (rows < nh, in the ring) + dht[jj-L]
+  // dh0[jj] = sum_k w[k] dpre[jj-off-k] (rows < nh, still in the ring) + dht[jj-L]
   auto store_dh0 = [&]() {
-    for (int64_t j = 0; j < nd; j += L) {
+    for (int64_t j = 0, v = 0; j < nd; j += L, ++v) {
       const int nl = int(std::min<int64_t>(L, nd - j));
+      const A* wv = wb + v * (W + 1) * L;
+      const A* gv = ring + (v * RW + W) * L;
       for (int jj = 0; jj < S; ++jj) {
         V acc = O::zero();
         for (int k = 0; k < W; ++k) {
           const int64_t t = int64_t(jj) - off - k;
-          if (t >= 0 && t < nh)
-            acc = O::fma(O::load(wT + k * Dp + j), O::load(gring + ring_slot(int(t), W - 1, W) * td + j), acc);
+          if (t >= 0 && t < nh) acc = O::fma(O::load(wv + k * L), O::load(gv + ring_slot(int(t), W - 1, W) * L), acc);
         }
-        if (p.dht && jj >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, jj - Ln, nl);
+        if (has_dht && jj >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, jj - Ln, nl);
         store_state_lanes<O>(p.dh0, n, d0 + j, jj, nl, acc);
       }
     }
   };
   if (want_dh0 && nh == 0) store_dh0();
 
-  // dx[t] = sum_k w[k] dpre[t+W-1-k] (+ dht), t = r-(W-1); dpre[r] in slot cur.
-  // (Flags and row pointers are hoisted into locals: the float stores into
-  // the rings may alias the Problem as far as the compiler knows.)
-  const bool has_dht = bool(p.dht);
-  // wk(k): weight tap k of vector j -- cached in registers for WT > 0 (the
-  // compiler cannot keep them itself: the ring stores might alias wT).
-  V wv[WT ? WT : 1];
-  auto wk = [&](int64_t j, int k) -> V {
-    if constexpr (WT > 0) return wv[k];
-    else return O::load(wT + k * Dp + j);
-  };
-  auto dx_vec = [&](int64_t j, int nl, int base, int64_t t, XT* dxr, bool dht_row) {
-    V acc = O::zero();
-    for (int k = 0; k < W; ++k)
-      acc = O::fma(wk(j, k), O::load(gring + ring_slot(base, W - 1 - k, W) * td + j), acc);
-    if (dht_row) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t - Ln, nl);
-    store_lanes<O>(dxr + j * dxsd, dxsd, nl, acc);
-  };
-  for (int64_t r = tb; r < rend; ++r) {
-    const int base = int((r - tb) % W);         // slot of position r-(W-1)
-    const int cur = ring_slot(base, W - 1, W);  // slot of position r
+  for_rows<WT>(tb, rend, W, [&](int64_t r, auto base_) {
+    const int base = int(base_);                 // slot of position r-(W-1)
+    const int cur = ring_slot(base, W - 1, W);   // slot of position r
     const XT* xr = x_ + r * xst;
     const XT* gr = dy_ ? dy_ + r * gst : nullptr;
-    const bool emit = dx_ && r - (W - 1) >= tb;
-    const bool acc_dw = part && r < te;
-    const bool pf = r + kPrefetchRows < rend;
-    const int64_t t_out = r - (W - 1);
-    XT* dxr = emit ? dx_ + t_out * dxst : nullptr;
+    const int64_t t_out = r - (W - 1);            // the dx row this row completes
+    XT* dxr = dx_ && t_out >= tb ? dx_ + t_out * dxst : nullptr;
     const bool dht_row = has_dht && S + t_out >= Ln;
-    for (int64_t j = 0; j < nd; j += L) {
-      const int nl = int(std::min<int64_t>(L, nd - j));
-      if (pf) {
-        prefetch(xr + j * xsd, xst, 0);
-        if (gr) prefetch(gr + j * gsd, gst, 0);
-        if (emit) prefetch(dxr + j * dxsd, dxst, 1);
-      }
-      if constexpr (WT > 0)
-        for (int k = 0; k < W; ++k) wv[k] = O::load(wT + k * Dp + j);
-      // uk(k): x at r-(W-1)+k (the window; k = W-1 is the new row xv)
-      V uv[WT ? WT : 1];
-      const V xv = load_lanes<O>(xr + j * xsd, xsd, nl);
+    A* pw = part && r < te ? part : nullptr;      // dweight/dbias of rows in the piece
+    const bool pf = r + kPrefetchRows < rend;
+    auto vec = [&](int64_t j, int nl, const A* wv, A* rv, A* pv, auto full) {
+      constexpr bool F = decltype(full)::value;
+      V w[WT ? WT : 1], u[WT ? WT : 1];  // WT > 0: taps and window in registers
+      auto wk = [&](int k) -> V {
+        if constexpr (WT > 0) return w[k]; else return O::load(wv + k * L);
+      };
+      V xv;
+      if constexpr (F) xv = O::load_x(xr + j); else xv = load_lanes<O>(xr + j * xsd, xsd, nl);
       if constexpr (WT > 0) {
-        for (int k = 0; k < W - 1; ++k) uv[k] = O::load(xring + ring_slot(base, k, W) * td + j);
-        uv[W - 1] = xv;
+        for (int k = 0; k < W; ++k) w[k] = O::load(wv + k * L);
+        for (int k = 0; k < W - 1; ++k) u[k] = O::load(rv + ring_slot(base, k, W) * L);
+        u[W - 1] = xv;
       }
       auto uk = [&](int k) -> V {
-        if constexpr (WT > 0) return uv[k];
-        else return k == W - 1 ? xv : O::load(xring + ring_slot(base, k, W) * td + j);
+        if constexpr (WT > 0) return u[k];
+        else return k == W - 1 ? xv : O::load(rv + ring_slot(base, k, W) * L);
       };
-      O::store(xring + cur * td + j, xv);
+      O::store(rv + cur * L, xv);
       V dp = O::zero();
       if (gr) {
-        V acc = O::load(bias + j);
-        for (int k = 0; k < W; ++k) acc = O::fma(wk(j, k), uk(k), acc);
-        const V gy = load_lanes<O>(gr + j * gsd, gsd, nl);
+        V acc = O::load(wv + W * L);  // bias
+        for (int k = 0; k < W; ++k) acc = O::fma(wk(k), uk(k), acc);
+        V gy;
+        if constexpr (F) gy = O::load_x(gr + j); else gy = load_lanes<O>(gr + j * gsd, gsd, nl);
         dp = SILU ? gy * silu_grad<O>(acc) : gy;
       }
-      O::store(gring + cur * td + j, dp);
-      if (acc_dw) {  // part: [W+1][td] -- dweight rows, then dbias
-        for (int k = 0; k < W; ++k) {
-          A* pk = part + k * td + j;
-          O::store(pk, O::fma(dp, uk(k), O::load(pk)));
-        }
-        O::store(part + W * td + j, O::load(part + W * td + j) + dp);
+      A* gv = rv + W * L;  // dpre slots
+      O::store(gv + cur * L, dp);
+      if (pv) {  // [W+1][L]: dweight taps, then dbias
+        for (int k = 0; k < W; ++k) O::store(pv + k * L, O::fma(dp, uk(k), O::load(pv + k * L)));
+        O::store(pv + W * L, O::load(pv + W * L) + dp);
       }
-      if (emit) dx_vec(j, nl, base, t_out, dxr, dht_row);
+      if (dxr) {  // dx[t_out] = sum_k w[k] dpre[t_out+W-1-k]; k = 0 is this row
+        V acc = O::zero();
+        for (int k = 0; k < W; ++k)
+          acc = O::fma(wk(k), k == 0 ? dp : O::load(gv + ring_slot(base, W - 1 - k, W) * L), acc);
+        if (dht_row) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t_out - Ln, nl);
+        if constexpr (F) O::store_x(dxr + j, acc); else store_lanes<O>(dxr + j * dxsd, dxsd, nl, acc);
+      }
+    };
+    const A* wv = wb;
+    A* rv = ring;
+    A* pv = pw;
+    const int64_t pstep = pw ? (W + 1) * L : 0;
+    int64_t j = 0;
+    for (; j < nfull; j += L, wv += (W + 1) * L, rv += RW * L, pv += pstep) {
+      if (pf) {
+        prefetch(xr + j, xst, 0);
+        if (gr) prefetch(gr + j, gst, 0);
+        if (dxr) prefetch(dxr + j, dxst, 1);
+      }
+      vec(j, L, wv, rv, pv, std::true_type{});
     }
+    for (; j < nd; j += L, wv += (W + 1) * L, rv += RW * L, pv += pstep)
+      vec(j, int(std::min<int64_t>(L, nd - j)), wv, rv, pv, std::false_type{});
     if (want_dh0 && r == nh - 1) store_dh0();
-  }
-  if (dx_) {
-    for (int64_t r = std::max(rend, tb); r < te + W - 1; ++r) {  // dpre = 0 past the end
+  });
+  if (dx_) {  // rows past the sequence end have dpre = 0
+    for (int64_t r = std::max(rend, tb); r < te + W - 1; ++r) {
       const int base = int((r - tb) % W), cur = ring_slot(base, W - 1, W);
-      for (int64_t j = 0; j < nd; j += L) O::store(gring + cur * td + j, O::zero());
       const int64_t t_out = r - (W - 1);
-      if (t_out >= tb)
-        for (int64_t j = 0; j < nd; j += L) {
-          if constexpr (WT > 0)
-            for (int k = 0; k < W; ++k) wv[k] = O::load(wT + k * Dp + j);
-          dx_vec(j, int(std::min<int64_t>(L, nd - j)), base, t_out, dx_ + t_out * dxst,
-                 has_dht && S + t_out >= Ln);
-        }
+      for (int64_t j = 0, v = 0; j < nd; j += L, ++v) {
+        const int nl = int(std::min<int64_t>(L, nd - j));
+        const A* wv = wb + v * (W + 1) * L;
+        A* gv = ring + (v * RW + W) * L;
+        O::store(gv + cur * L, O::zero());
+        if (t_out < tb) continue;
+        V acc = O::zero();
+        for (int k = 0; k < W; ++k)
+          acc = O::fma(O::load(wv + k * L), O::load(gv + ring_slot(base, W - 1 - k, W) * L), acc);
+        if (has_dht && S + t_out >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t_out - Ln, nl);
+        store_lanes<O>(dx_ + t_out * dxst + j * dxsd, dxsd, nl, acc);
+      }
     }
   }
 }
@@ -279,7 +319,7 @@ void bwd_tile(const Ctx& c, int64_t tile) {
   const Problem& p = *c.p;
   const int64_t chunk = tile / pl.n_dtiles, dt = tile % pl.n_dtiles;
   const int64_t d0 = dt * pl.tile_d, d1 = std::min(d0 + pl.tile_d, p.D);
-  A* part = nullptr;  // this tile's [W+1][tile_d] partial dweight / dbias
+  A* part = nullptr;  // this tile's [tile_d/L][W+1][L] partial dweight / dbias
   if (c.part) {
     part = static_cast<A*>(c.part) + tile * (p.W + 1) * pl.tile_d;
     std::fill(part, part + (p.W + 1) * pl.tile_d, A(0));

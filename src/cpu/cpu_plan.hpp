@@ -19,12 +19,13 @@
 //
 // Workspace (all in the accumulation type A = float, or double for f64 x),
 // every block 64-byte aligned:
-//   wT    [W][Dp]          weight transposed, zero padded to Dp channels
-//   bias  [Dp]             bias (zeros when absent)
+//   wb    [Dp/L][W+1][L]   weight taps then bias, per vector of L channels
+//                          (L = the chosen kernels' lanes), zero padded
+//   (bias block: unused, kept for layout stability)
 //   halo  [N][W-1][Dp]     the last W-1 initial-state entries of each sequence
 //                          (copied before any final state is written: this is
 //                          what makes the in-place state update safe)
-//   part  [tiles][W+1][tile_d]   backward partial dweight (W rows) and dbias
+//   part  [tiles][tile_d/L][W+1][L]  backward partial dweight taps and dbias
 //   scr   [tiles][rings][W][tile_d]  window rings, only when they exceed the
 //                          stack budget (forced wide tiles or a huge W)
 #pragma once
@@ -100,7 +101,7 @@ inline Plan make_plan(const Problem& p) {
 
   size_t off = 0;
   pl.off_w = off;
-  off += align64(size_t(W) * size_t(pl.Dp) * pl.acc);
+  off += align64(size_t(W + 1) * size_t(pl.Dp) * pl.acc);
   pl.off_bias = off;
   off += align64(size_t(pl.Dp) * pl.acc);
   pl.off_halo = off;
@@ -118,8 +119,8 @@ inline Plan make_plan(const Problem& p) {
 struct Ctx {
   const Problem* p = nullptr;
   const Plan* plan = nullptr;
-  const void* wT = nullptr;    // A [W][Dp]
-  const void* bias = nullptr;  // A [Dp]
+  const void* wT = nullptr;    // A [Dp/L][W+1][L]: weight taps, then bias
+  const void* bias = nullptr;  // unused
   const void* halo = nullptr;  // A [N][W-1][Dp], nullptr: zero initial states
   void* part = nullptr;        // A [tiles][W+1][tile_d] (backward, when dweight/dbias wanted)
   void* scr = nullptr;         // A [tiles][ring_elems] (rings too big for the stack)
@@ -158,6 +159,7 @@ inline void for_each_piece(const Problem& p, const Plan& pl, int64_t c, F&& f) {
 using TileFn = void (*)(const Ctx& c, int64_t tile);
 struct Kernels {
   const char* isa;
+  int lanes[4];  // vector lanes per dtype slot: the packed layouts' vector width
   // [dtype f32=0, f16=1, bf16=2, f64=3][silu][W class: 0 generic, 1..4]
   TileFn fwd[4][2][5];
   TileFn bwd[4][2][5];

@@ -375,6 +375,14 @@ TEST(Cpu, OptionalAndBroadcastInputs) {
   c.T = 600;  // several automatic chunks per sequence
   c.adt = SC_BF16;
   check(c, 7);
+  c = Config();  // window rings too big for the stack: they live in the workspace
+  c.W = 40;
+  c.S = 41;
+  c.D = 300;
+  c.T = 50;
+  c.packed = true;
+  c.seqlens = {45, 0, 3, 50};
+  check(c, 8);
 }
 
 // Every ISA the machine supports (SHORTCONV_CPU_ISA lowers the choice).

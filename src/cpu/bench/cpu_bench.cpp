@@ -4,7 +4,8 @@
 // copy bandwidth = (read + written bytes) / memcpy time; forward moves 2
 // x-sized tensors (x, y), forward+backward 5 (x, y, x, dy, dx).
 //
-//   cpu_bench [B T D W dtype(f32|bf16|f16) threads act(0|1) iters layout(tm|cm) clock(wall|cpu)]
+//   cpu_bench [B T D W dtype(f32|bf16|f16) threads act(0|1) iters layout(tm|cm) clock(wall|cpu)
+//              tile_t tile_d]   (0 = automatic)
 #include <omp.h>
 
 #include <algorithm>
@@ -96,6 +97,8 @@ int main(int argc, char** argv) {
   a.bias = sc_tensor{bias.data(), SC_F32, 1, {D}, {1}};
   a.y = t3(y, dt, B, T, D, cm);
   a.exec.num_threads = threads;
+  if (argc > 11) a.exec.tile_t = atoll(argv[11]);
+  if (argc > 12) a.exec.tile_d = atoll(argv[12]);
   sc_error err;
   size_t wsf = 0, wsb = 0;
   sc_forward_workspace_size(&a, &wsf, &err);
