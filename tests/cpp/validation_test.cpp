@@ -682,6 +682,26 @@ TEST(Validation, OverlapIsDecidedPerElement) {
   EXPECT_EQ(accepted_same, disjoint_same);
 }
 
+// y as the second column slice of a fused [B, T, 2D] buffer, but 2 bytes off:
+// its elements straddle x's next row, so it overlaps although the truncated
+// element offset (D) would describe a disjoint slice.
+TEST(Validation, MisalignedSliceOverlaps) {
+  const int64_t B = 2, T = 3, D = 4;
+  std::vector<float> buf(B * T * 2 * D + 4), w(D, 1.0f);
+  sc_conv_args a = shortconv::conv_args();
+  a.width = 1;
+  a.exec.backend = SC_BACKEND_REF;
+  a.x = shortconv::tensor(buf.data(), SC_F32, {B, T, D}, {T * 2 * D, 2 * D, 1});
+  a.weight = shortconv::tensor(w.data(), SC_F32, {D, 1});
+  a.y = a.x;
+  a.y.data = buf.data() + D;  // the aligned slice: disjoint, accepted
+  sc_error err;
+  EXPECT_EQ(sc_validate(&a, 0, &err), SC_OK) << err.message;
+  a.y.data = reinterpret_cast<uint8_t*>(buf.data() + D) + 2;
+  EXPECT_EQ(sc_validate(&a, 0, &err), SC_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(names(err.message, "y") && names(err.message, "x")) << err.message;
+}
+
 // A valid but enormous problem (D = 2^40 through a broadcast weight, T = 0)
 // makes the oracle's std::vector scratch throw std::bad_alloc; no C++
 // exception may cross the C ABI, so the call must return SC_ERR_BACKEND.
