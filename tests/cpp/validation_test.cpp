@@ -7,6 +7,10 @@
 // argument (as a whole word), and leave every buffer -- inputs and the
 // sentinel-poisoned outputs -- byte-for-byte unchanged.
 //
+// Also: NULL args; SC_ERR_WORKSPACE at one byte less than the query's answer;
+// overlap decided per element (randomised, against brute force); no C++
+// exception crossing the ABI (forked child).
+//
 // The second half checks that the valid edge cases (T = 0, D = 0, B = 0,
 // N = 0, zero-length sequences, W = 1 with S = 0, absent optionals, in-place
 // state update, broadcast inputs, NULL data of empty tensors) succeed and give
