@@ -17,8 +17,8 @@ namespace shortconv::cuda {
 struct Policy {
   static constexpr int kThreads = 256;        // threads per block of every main kernel
   static constexpr int kMaxFastW = 16;        // W above this takes the general path
-  static constexpr int kResidentThreads = 2048;  // threads one SM holds at full occupancy
-  static constexpr int64_t kMinTileT = 8;     // token-major: shortest automatic tile (halo <= 15/8... acceptable only for tiny shapes)
+  static constexpr int kResidentThreads = 512;   // threads one SM holds: 2 blocks (the main kernels' register cap)
+  static constexpr int64_t kMinTileT = 8;     // token-major: shortest automatic tile (small shapes; halo W-1 re-read per tile)
   static constexpr int64_t kMaxTileT = 256;   // token-major: longest automatic tile (enough work per thread)
   static constexpr int kCmMaxIters = 16;      // channel-major: most 32*VEC-token chunks per warp tile
   static constexpr int kSmallThreads = 128;   // threads per block of the per-(sequence, channel) state kernels
