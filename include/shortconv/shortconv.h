@@ -160,7 +160,8 @@ SC_API sc_status sc_backward_workspace_size(const sc_conv_args* args, size_t* by
 SC_API sc_status sc_forward(const sc_conv_args* args, sc_error* err);
 SC_API sc_status sc_backward(const sc_conv_args* args, sc_error* err);
 
-/* Validate only: the same checks as sc_forward/sc_backward, nothing run. */
+/* Validate only: the same argument checks as sc_forward/sc_backward (all but
+ * the workspace, whose size sc_*_workspace_size reports), nothing run. */
 SC_API sc_status sc_validate(const sc_conv_args* args, int backward, sc_error* err);
 
 SC_API const char* sc_status_string(sc_status status);
