@@ -144,3 +144,26 @@ def test_inductor_fullgraph():
     ge = torch.autograd.grad([ye, he], args, [torch.ones_like(ye), torch.ones_like(he)])
     for a, b in zip(gc, ge):
         assert_close(a, b)
+
+
+@pytest.mark.skipif(TORCH_VERSION < (2, 4), reason="inductor with custom ops")
+def test_inductor_decode_mutates_the_pool():
+    """The in-place update through inductor (auto-functionalized, then re-inplaced)."""
+    torch._dynamo.reset()
+    torch.manual_seed(76)
+    D, W = 8, 4
+    w = torch.randn(D, W)
+    idx = torch.tensor([2, -1, 0])
+
+    def step(x, pool):
+        return shortconv.causal_conv1d_update(x, pool, weight=w, activation="silu",
+                                              cache_indices=idx)[0]
+
+    cstep = torch.compile(step, fullgraph=True)
+    pool_c = torch.randn(4, D, W)
+    pool_e = pool_c.clone()
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(3, D)
+            assert torch.equal(cstep(x, pool_c), step(x, pool_e))
+            assert torch.equal(pool_c, pool_e)
