@@ -40,11 +40,11 @@ CLI=$B/bin/shortconv
 GPU_FILTER='Cuda.*:*/cuda'
 SAN_FILTER='Cuda.PackedVector:Cuda.InPlaceDecode:Cuda.GeneralPathWide:Cuda.ChannelMajor:Cuda.StridedViews'
 if [ "${GPU_SKIP_TESTS:-0}" != 1 ]; then
-  stage tests "$TESTS" --gtest_filter="$GPU_FILTER" --gtest_brief=1
+  stage tests "$TESTS" --gtest_filter="$GPU_FILTER"
 fi
 if [ "${GPU_SKIP_SAN:-0}" != 1 ]; then
-  stage memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" --gtest_filter="$SAN_FILTER" --gtest_brief=1
-  stage racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$TESTS" --gtest_filter='Cuda.PackedVector:Cuda.ChannelMajor' --gtest_brief=1
+  stage memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" --gtest_filter="$SAN_FILTER"
+  stage racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$TESTS" --gtest_filter='Cuda.PackedVector:Cuda.ChannelMajor'
 fi
 if [ "${GPU_SKIP_CHECK:-0}" != 1 ]; then
   stage check "$CLI" check --backend cuda
