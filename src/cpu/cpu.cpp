@@ -1,7 +1,7 @@
 // CPU backend driver: workspace, phases, threads.
 //
 // One OpenMP team (exec.num_threads, 0 = all) runs, separated by barriers:
-//   0. weights / bias -> A, transposed to [W][Dp]        (parallel over channels)
+//   0. weights and bias -> A, packed [Dp/L][W+1][L]       (parallel over channels)
 //   1. per sequence: the last W-1 initial-state entries -> halo (A), then
 //      forward: the final state; backward: dh0 of zero-length sequences.
 //      Reading h0 completely before writing ht (within the sequence's task)

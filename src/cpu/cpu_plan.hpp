@@ -21,7 +21,6 @@
 // every block 64-byte aligned:
 //   wb    [Dp/L][W+1][L]   weight taps then bias, per vector of L channels
 //                          (L = the chosen kernels' lanes), zero padded
-//   (bias block: unused, kept for layout stability)
 //   halo  [N][W-1][Dp]     the last W-1 initial-state entries of each sequence
 //                          (copied before any final state is written: this is
 //                          what makes the in-place state update safe)
@@ -80,7 +79,7 @@ struct Plan {
   size_t acc = 4;        // bytes of the accumulation type
   int64_t ring_elems = 0;        // window rings per tile, in A elements
   bool ws_scratch = false;       // rings in the workspace (> kStackRingBytes)
-  size_t off_w = 0, off_bias = 0, off_halo = 0, off_part = 0, off_scr = 0, bytes = 0;
+  size_t off_w = 0, off_halo = 0, off_part = 0, off_scr = 0, bytes = 0;
 };
 
 inline Plan make_plan(const Problem& p) {
@@ -102,8 +101,6 @@ inline Plan make_plan(const Problem& p) {
   size_t off = 0;
   pl.off_w = off;
   off += align64(size_t(W + 1) * size_t(pl.Dp) * pl.acc);
-  pl.off_bias = off;
-  off += align64(size_t(pl.Dp) * pl.acc);
   pl.off_halo = off;
   if (p.h0 && W > 1) off += align64(size_t(p.N) * size_t(W - 1) * size_t(pl.Dp) * pl.acc);
   pl.off_part = off;
@@ -120,9 +117,8 @@ struct Ctx {
   const Problem* p = nullptr;
   const Plan* plan = nullptr;
   const void* wT = nullptr;    // A [Dp/L][W+1][L]: weight taps, then bias
-  const void* bias = nullptr;  // unused
   const void* halo = nullptr;  // A [N][W-1][Dp], nullptr: zero initial states
-  void* part = nullptr;        // A [tiles][W+1][tile_d] (backward, when dweight/dbias wanted)
+  void* part = nullptr;        // A [tiles][tile_d/L][W+1][L] (backward, when dweight/dbias wanted)
   void* scr = nullptr;         // A [tiles][ring_elems] (rings too big for the stack)
 };
 
