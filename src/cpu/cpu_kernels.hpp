@@ -36,7 +36,7 @@
 // Prefetch the element kPrefetchRows rows ahead in the same column: a tile
 // row is only tile_d channels wide, and with row strides of >= 4 KiB every
 // row starts a new page, where the hardware prefetchers stop.
-constexpr int64_t kPrefetchRows = 2;
+constexpr int64_t kPrefetchRows = 6;
 template <class XT>
 inline void prefetch(const XT* p, int64_t row_stride, int write) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p) + uintptr_t(kPrefetchRows * row_stride) * sizeof(XT);
