@@ -8,8 +8,8 @@
 //
 // Ops structs: A = accumulation type, V = a vector of L lanes of A (GCC vector
 // extensions: + - * / and ?: work lane-wise), loads/stores that convert from /
-// to the storage type with round-to-nearest-even (bitwise identical to
-// core/dtype.hpp, which the strided and tail paths use lane by lane).
+// to the storage type with round-to-nearest-even (the same rounding as
+// core/dtype.hpp, which the state tensors use element by element).
 //
 // exp: Cephes-style range reduction 2^n * exp(r), |r| <= ln2/2, degree-7
 // polynomial: ~2 ulp in float, far below the 1e-5 fp32 tolerance.  SiLU
@@ -157,32 +157,25 @@ struct OpsD {
   static void store_x(double* p, V v) { store(p, v); }
 };
 
-// ---- scalar conversions (strided / tail lanes), identical rounding ---------
-inline float to_acc(float v) { return v; }
-inline double to_acc(double v) { return v; }
-inline float to_acc(bf16_t v) { return bf16_to_f32(v.bits); }
-inline float to_acc(f16_t v) { return f16_to_f32(v.bits); }
-inline void from_acc(float* p, float v) { *p = v; }
-inline void from_acc(double* p, double v) { *p = v; }
-inline void from_acc(bf16_t* p, float v) { p->bits = f32_to_bf16(v); }
-inline void from_acc(f16_t* p, float v) { p->bits = f32_to_f16(v); }
-
 // L lanes of an activation row starting at p with channel stride sd; only the
-// first n lanes are real (the rest read as 0).
+// first n lanes are real (the rest read as 0).  Strided / partial vectors are
+// gathered as raw storage elements and converted as one vector, so they round
+// exactly like the contiguous path and cost a move per lane, not a conversion.
 template <class O, class XT>
 inline typename O::V load_lanes(const XT* p, int64_t sd, int n) {
   if (sd == 1 && n == O::L) return O::load_x(p);
-  typename O::A t[O::L] = {};
-  for (int i = 0; i < n; ++i) t[i] = to_acc(p[i * sd]);
-  return O::load(t);
+  XT t[O::L];
+  std::memset(static_cast<void*>(t), 0, sizeof t);
+  for (int i = 0; i < n; ++i) t[i] = p[i * sd];
+  return O::load_x(t);
 }
 
 template <class O, class XT>
 inline void store_lanes(XT* p, int64_t sd, int n, typename O::V v) {
   if (sd == 1 && n == O::L) return O::store_x(p, v);
-  typename O::A t[O::L];
-  O::store(t, v);
-  for (int i = 0; i < n; ++i) from_acc(p + i * sd, t[i]);
+  XT t[O::L];
+  O::store_x(t, v);
+  for (int i = 0; i < n; ++i) p[i * sd] = t[i];
 }
 
 // L lanes of a state tensor (any dtype, any strides): element (row, d+i, j).
