@@ -61,31 +61,44 @@ struct TmBwd {
 
   // One t': dpre(t') (zero when !in_seq), partials when OWN, and the conv part
   // of dx(t' - H) into dxo.
-  template <bool OWN>
+  //
+  // FULL (16-bit vector kernels, W == WMAX, SiLU, dx and dweight/dbias wanted,
+  // compile-time: no pad predicates, no activation select, no want_* tests):
+  // weights and bias are pre-scaled by 0.5, so the tap sum is h = pre/2 and the
+  // dpre kept in dh / summed into the partials is 2*dpre = dy (1 + v) with
+  // v = t + h (1 - t^2), t = tanh(h) (common.cuh dsilu_half); dx = sum of
+  // (w/2) (2 dpre) is unchanged and the partials are halved once at the end
+  // (scalings by 2 are exact).
+  template <bool OWN, bool FULL = false>
   __device__ __forceinline__ void step(const P& xv, const P& gv, bool in_seq, A (&dxo)[CH]) {
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
       A cur = A(0), dp = A(0);
       if (in_seq) {
         cur = xv.get(c);
-        A pre = bs[c];  // same order as the forward: pre is bitwise the forward's
+        A pre = bs[c];  // same order as the forward (FULL: pre/2)
 #pragma unroll
         for (int k = 0; k < H; ++k)
-          if (k >= kpad) pre = fma(wp[k][c], sl[k][c], pre);
+          if (FULL || k >= kpad) pre = fma(wp[k][c], sl[k][c], pre);
         pre = fma(wp[H][c], cur, pre);
-        dp = gv.get(c) * act_grad<A, kFast>(act, pre);
+        if constexpr (FULL) {
+          const A g = gv.get(c);
+          dp = fmaf(g, dsilu_v(pre), g);  // 2 dpre
+        } else {
+          dp = gv.get(c) * act_grad<A, kFast>(act, pre);
+        }
       }
-      if (OWN && want_dw) {
+      if (OWN && (FULL || want_dw)) {
         db[c] += dp;
         dwp[H][c] = fma(dp, cur, dwp[H][c]);
 #pragma unroll
         for (int m = 0; m < H; ++m)
-          if (m >= kpad) dwp[m][c] = fma(dp, sl[m][c], dwp[m][c]);
+          if (FULL || m >= kpad) dwp[m][c] = fma(dp, sl[m][c], dwp[m][c]);
       }
-      A v = kpad == 0 ? wp[0][c] * dp : A(0);
+      A v = (FULL || kpad == 0) ? wp[0][c] * dp : A(0);
 #pragma unroll
       for (int m = 1; m <= H; ++m)
-        if (m >= kpad) v = fma(wp[m][c], dh[H - m][c], v);
+        if (FULL || m >= kpad) v = fma(wp[m][c], dh[H - m][c], v);
       dxo[c] = v;
 #pragma unroll
       for (int i = 0; i + 1 < H; ++i) {
@@ -98,6 +111,7 @@ struct TmBwd {
   }
 
   // dx tokens [t, e) of sequence q (channels d0 .. d0+CH).
+  template <bool FULL>
   __device__ void segment(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
                           int64_t e) {
     const int64_t h0row = state_row(a.h0, a.h0_idx, n);
@@ -131,7 +145,7 @@ struct TmBwd {
       const P xv = in_seq ? ldp<T, CH>(xp + tp * sx) : zero;
       const P gv = (in_seq && gp) ? ldp<T, CH>(gp + tp * sg) : zero;
       A dxo[CH];
-      if (tp < e) step<true>(xv, gv, in_seq, dxo); else step<false>(xv, gv, in_seq, dxo);
+      if (tp < e) step<true, FULL>(xv, gv, in_seq, dxo); else step<false, FULL>(xv, gv, in_seq, dxo);
       const int64_t tout = tp - H;
       if (!dp || tout < t) return;
       A out[CH];
@@ -148,18 +162,19 @@ struct TmBwd {
     int64_t tp = t;
     for (const int64_t w_end = fast_begin < stop ? fast_begin : stop; tp < w_end; ++tp) generic(tp);
     // Hot loop: own tokens, in sequence, dx out, no dht.  (No prefetch of the
-    // next step here: its registers made ptxas spill at the 2-blocks/SM cap.)
+    // next step here: its registers made ptxas spill at the 2-blocks/SM cap,
+    // also in the FULL instance, tried with ping-pong buffers.)
     for (; tp + kUnroll <= fast_end; tp += kUnroll) {
       P xv[kUnroll], gv[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) xv[u] = ldp<T, CH>(xp + (tp + u) * sx);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) gv[u] = gp ? ldp<T, CH>(gp + (tp + u) * sg) : zero;
+      for (int u = 0; u < kUnroll; ++u) gv[u] = (FULL || gp) ? ldp<T, CH>(gp + (tp + u) * sg) : zero;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         A dxo[CH];
-        step<true>(xv[u], gv[u], true, dxo);
-        if (dp) {
+        step<true, FULL>(xv[u], gv[u], true, dxo);
+        if (FULL || dp) {
           stp<T, CH>(dp + (tp + u - H) * sd, P::make(dxo));
         }
       }
@@ -167,6 +182,21 @@ struct TmBwd {
     for (; tp < stop; ++tp) generic(tp);
   }
 };
+
+// The sequences' segments of tile [tb, te) (batch row b when dense).
+template <bool FULL, class K>
+__device__ __forceinline__ void bwd_tm_tiles(const Args& a, K& k, int64_t b, int64_t d0,
+                                             int64_t tb, int64_t te) {
+  int64_t n = a.packed ? find_seq(a, tb) : b;
+  for (int64_t t = tb; t < te && n < a.N; ++n) {
+    const Seq q = seq_of(a, n);
+    const int64_t send = q.s + q.L;
+    const int64_t e = send < te ? send : te;
+    if (e <= t) continue;
+    k.template segment<FULL>(a, q, n, d0, t, e);
+    t = e;
+  }
+}
 
 template <class T, int WMAX, int CH>
 __global__ void __launch_bounds__(Policy::kThreads, 2) bwd_tm(const Args a) {
@@ -197,15 +227,26 @@ __global__ void __launch_bounds__(Policy::kThreads, 2) bwd_tm(const Args a) {
   if (active) {
     int64_t b, tb, te;
     tile_range(a, tile, &b, &tb, &te);
-    int64_t n = a.packed ? find_seq(a, tb) : b;
-    for (int64_t t = tb; t < te && n < a.N; ++n) {
-      const Seq q = seq_of(a, n);
-      const int64_t send = q.s + q.L;
-      const int64_t e = send < te ? send : te;
-      if (e <= t) continue;
-      k.segment(a, q, n, d0, t, e);
-      t = e;
+    bool full = false;
+    if constexpr (CH > 1 && TmBwd<T, WMAX, CH>::kFast) {  // the FULL instance (step())
+      full = a.W == WMAX && a.act == SC_ACT_SILU && a.dx.p && a.dy.p && k.want_dw;
+      if (full) {
+#pragma unroll
+        for (int c = 0; c < CH; ++c) {
+#pragma unroll
+          for (int j = 0; j < WMAX; ++j) k.wp[j][c] *= A(0.5);
+          k.bs[c] *= A(0.5);
+        }
+        bwd_tm_tiles<true>(a, k, b, d0, tb, te);
+#pragma unroll
+        for (int c = 0; c < CH; ++c) {  // partials of 2 dpre -> of dpre (exact)
+#pragma unroll
+          for (int j = 0; j < WMAX; ++j) k.dwp[j][c] *= A(0.5);
+          k.db[c] *= A(0.5);
+        }
+      }
     }
+    if (!full) bwd_tm_tiles<false>(a, k, b, d0, tb, te);
   }
   if (!k.want_dw) return;  // uniform over the grid
   // Block reduction over the ty tiles, fixed order, then one partial row.

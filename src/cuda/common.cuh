@@ -229,6 +229,39 @@ __device__ __forceinline__ A act_fwd(int act, A z) {
   const A y = z * sigmoid<FAST>(z);
   return act == SC_ACT_SILU ? y : z;
 }
+// 16-bit activations with SiLU work on h = pre/2: the kernels scale weights
+// and bias by 0.5 on load (exact in fp32 barring subnormals), so the taps sum
+// to h with the same fma chain, and
+//   silu(pre)  = pre * (0.5 + 0.5 tanh(pre/2)) = h + h * tanh(h)        (MUFU + FFMA)
+//   silu'(pre) = s (1 + pre (1 - s)), s = sigmoid(pre)
+//              = 0.5 (1 + t + h (1 - t^2)),  t = tanh(h)                 (MUFU + 3 FFMA)
+// Every path that can write y for a 16-bit dtype uses this form (bitwise
+// identical y across paths and tilings).  fp32/fp64 keep act_fwd/act_grad.
+__device__ __forceinline__ float tanh_fast(float h) {
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(h));
+  return t;
+}
+__device__ __forceinline__ float silu_half(float h) { return fmaf(h, tanh_fast(h), h); }
+// v with 2 silu'(2h) = 1 + v, i.e. 2 dpre = dy + dy * v.
+__device__ __forceinline__ float dsilu_v(float h) {
+  const float t = tanh_fast(h);
+  return fmaf(h, fmaf(-t, t, 1.f), t);
+}
+// The factor weights and bias are scaled by: 0.5 for the half-pre SiLU form.
+template <bool HALF>
+__device__ __forceinline__ float pre_scale(int act) {
+  return (HALF && act == SC_ACT_SILU) ? 0.5f : 1.f;
+}
+// y from the accumulated (possibly halved) pre: the half form for 16-bit SiLU.
+template <bool HALF, class A>
+__device__ __forceinline__ A act_out(int act, A acc) {
+  if constexpr (HALF && std::is_same_v<A, float>)
+    return act == SC_ACT_SILU ? silu_half(acc) : acc;
+  else
+    return act_fwd<A>(act, acc);
+}
+
 template <class A, bool FAST = false>
 __device__ __forceinline__ A act_grad(int act, A z) {
   const A s = sigmoid<FAST>(z);

@@ -34,7 +34,10 @@ namespace {
 
 // Tokens per unrolled step of the token-major loop: U independent loads in
 // flight per thread (and the next U prefetched) before the first use.
-constexpr int kUnroll = 4;
+constexpr int kUnrollTm = 4;
+// The same for the full-window SiLU instance of the 16-bit vector kernel
+// (fewer live registers there: no pad predicates, no activation select).
+constexpr int kUnrollFull16 = 8;
 
 // Token-major forward state of one thread.  The window is padded to WMAX
 // taps: wp[k] = weight[k - kpad] for k >= kpad = WMAX - W, and taps below
@@ -45,7 +48,7 @@ struct TmFwd {
   using A = acc_t<T>;
   using P = Pack<T, CH>;
   static constexpr int H = WMAX - 1;  // window registers: sl[i] = u(t - H + i)
-  static constexpr bool kFast = sizeof(T) == 2;  // one-MUFU sigmoid (common.cuh)
+  static constexpr bool kHalf = sizeof(T) == 2;  // half-pre SiLU form (common.cuh)
   static_assert(WMAX >= 2, "window of at least one past input");
 
   int kpad, act;
@@ -53,6 +56,9 @@ struct TmFwd {
   A bs[CH];
   A sl[H][CH];
 
+  // FULL: W == WMAX and SiLU (compile-time: no pad predicates, no select);
+  // the arithmetic is the same as the generic instance's for those inputs.
+  template <bool FULL>
   __device__ __forceinline__ P step(const P& xv, const P& rv, bool res) {
     A o[CH];
 #pragma unroll
@@ -61,9 +67,9 @@ struct TmFwd {
       A acc = bs[c];  // bias, then taps oldest -> newest: the order of every path
 #pragma unroll
       for (int k = 0; k < H; ++k)
-        if (k >= kpad) acc = fma(wp[k][c], sl[k][c], acc);
+        if (FULL || k >= kpad) acc = fma(wp[k][c], sl[k][c], acc);
       acc = fma(wp[H][c], cur, acc);
-      o[c] = act_fwd<A, kFast>(act, acc);
+      o[c] = act_out<kHalf>(FULL ? int(SC_ACT_SILU) : act, acc);
       if (res) o[c] += rv.get(c);
 #pragma unroll
       for (int i = 0; i + 1 < H; ++i) sl[i][c] = sl[i + 1][c];
@@ -73,6 +79,7 @@ struct TmFwd {
   }
 
   // Tokens [t, e) of sequence q (all inside it), channels d0 .. d0+CH.
+  template <bool FULL>
   __device__ void segment(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
                           int64_t e) {
     const int64_t h0row = state_row(a.h0, a.h0_idx, n);
@@ -95,47 +102,148 @@ struct TmFwd {
           sl[i][c] = i >= kpad ? load_u<A>(a, q, h0row, d0 + c, a.S + tok - q.s) : A(0);
       }
     }
-    int64_t tok = t;
-    if (tok + kUnroll <= e) {
-      P xv[kUnroll], rv[kUnroll], nx[kUnroll], nr[kUnroll];
+    const int64_t tok = t;
+    const T* xq = xp + tok * sx;
+    const T* rq = rp ? rp + tok * sr : nullptr;
+    T* yq = yp + tok * sy;
+    if constexpr (!kHalf) {
+      stream_copy<FULL>(xq, rq, yq, sx, sr, sy, e - tok);
+    } else if constexpr (FULL) {  // residual presence compile-time too: no dead unpack/add
+      if (rp) stream<true, kResOn>(xq, rq, yq, sx, sr, sy, e - tok);
+      else stream<true, kResOff>(xq, rq, yq, sx, sr, sy, e - tok);
+    } else {
+      stream<false, kResRuntime>(xq, rq, yq, sx, sr, sy, e - tok);
+    }
+  }
+
+  // fp32: U tokens prefetched into a second buffer copied over at each step
+  // (the ping-pong form of stream() spilled at fp32's wider vectors).
+  template <bool FULL>
+  __device__ __forceinline__ void stream_copy(const T* xq, const T* rq, T* yq, int64_t sx,
+                                              int64_t sr, int64_t sy, int64_t len) {
+    constexpr int U = kUnrollTm;
+    const bool res = rq != nullptr;
+    if (len >= U) {
+      P xv[U], rv[U], nx[U], nr[U];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) nr[u] = P::zero();
+      for (int u = 0; u < U; ++u) nr[u] = P::zero();
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) nx[u] = ldp<T, CH>(xp + (tok + u) * sx);
-      if (rp) {
+      for (int u = 0; u < U; ++u) nx[u] = ldp<T, CH>(xq + u * sx);
+      if (res) {
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) nr[u] = ldp<T, CH>(rp + (tok + u) * sr);
+        for (int u = 0; u < U; ++u) nr[u] = ldp<T, CH>(rq + u * sr);
       }
-      for (; tok + kUnroll <= e; tok += kUnroll) {
+      for (; len >= U; len -= U) {
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < U; ++u) {
           xv[u] = nx[u];
           rv[u] = nr[u];
         }
-        if (tok + 2 * kUnroll <= e) {  // prefetch the next step
+        if (len >= 2 * U) {  // prefetch the next step
 #pragma unroll
-          for (int u = 0; u < kUnroll; ++u) nx[u] = ldp<T, CH>(xp + (tok + kUnroll + u) * sx);
-          if (rp) {
+          for (int u = 0; u < U; ++u) nx[u] = ldp<T, CH>(xq + (U + u) * sx);
+          if (res) {
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) nr[u] = ldp<T, CH>(rp + (tok + kUnroll + u) * sr);
+            for (int u = 0; u < U; ++u) nr[u] = ldp<T, CH>(rq + (U + u) * sr);
           }
         }
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const P o = step(xv[u], rv[u], rp != nullptr);
-          stp<T, CH>(yp + (tok + u) * sy, o);
-        }
+        for (int u = 0; u < U; ++u) stp<T, CH>(yq + u * sy, step<FULL>(xv[u], rv[u], res));
+        xq += U * sx;
+        if (res) rq += U * sr;
+        yq += U * sy;
       }
     }
-    for (; tok < e; ++tok) {
-      const P xv = ldp<T, CH>(xp + tok * sx);
+    for (; len > 0; --len) {
+      const P xv = ldp<T, CH>(xq);
       P rv = P::zero();
-      if (rp) rv = ldp<T, CH>(rp + tok * sr);
-      const P o = step(xv, rv, rp != nullptr);
-      stp<T, CH>(yp + tok * sy, o);
+      if (res) rv = ldp<T, CH>(rq);
+      stp<T, CH>(yq, step<FULL>(xv, rv, res));
+      xq += sx;
+      if (res) rq += sr;
+      yq += sy;
+    }
+  }
+
+  static constexpr int kResOff = 0, kResOn = 1, kResRuntime = 2;
+
+  // U tokens: loads then steps (RES: residual absent / present / runtime rq != nullptr).
+  template <bool FULL, int RES, int U>
+  __device__ __forceinline__ void load_n(P (&xv)[U], P (&rv)[U], const T* xq, const T* rq,
+                                         int64_t sx, int64_t sr) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) xv[u] = ldp<T, CH>(xq + u * sx);
+    if (RES == kResOn || (RES == kResRuntime && rq)) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) rv[u] = ldp<T, CH>(rq + u * sr);
+    }
+  }
+  template <bool FULL, int RES, int U>
+  __device__ __forceinline__ void steps_n(const P (&xv)[U], const P (&rv)[U], T* yq, int64_t sy,
+                                          bool res) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      stp<T, CH>(yq + u * sy, step<FULL>(xv[u], rv[u], RES == kResOn || (RES == kResRuntime && res)));
+  }
+
+  // Tokens xq[0 .. len) (strides sx, sr, sy): ping-pong buffers of U tokens, the
+  // loads of one issued before the steps of the other (2U tokens in flight,
+  // no register copies), then a token-at-a-time tail.
+  template <bool FULL, int RES>
+  __device__ __forceinline__ void stream(const T* xq, const T* rq, T* yq, int64_t sx,
+                                         int64_t sr, int64_t sy, int64_t len) {
+    constexpr int U = (FULL && RES == kResOff) ? kUnrollFull16 : kUnrollTm;
+    const bool res = RES == kResOn || (RES == kResRuntime && rq != nullptr);
+    if (len >= U) {
+      P xa[U], ra[U], xb[U], rb[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) ra[u] = rb[u] = P::zero();
+      load_n<FULL, RES, U>(xa, ra, xq, rq, sx, sr);
+      while (true) {  // xa holds the next U tokens, len >= U
+        bool more = len >= 2 * U;
+        if (more) load_n<FULL, RES, U>(xb, rb, xq + U * sx, res ? rq + U * sr : rq, sx, sr);
+        steps_n<FULL, RES, U>(xa, ra, yq, sy, res);
+        xq += U * sx;
+        if (res) rq += U * sr;
+        yq += U * sy;
+        len -= U;
+        if (!more) break;
+        more = len >= 2 * U;
+        if (more) load_n<FULL, RES, U>(xa, ra, xq + U * sx, res ? rq + U * sr : rq, sx, sr);
+        steps_n<FULL, RES, U>(xb, rb, yq, sy, res);
+        xq += U * sx;
+        if (res) rq += U * sr;
+        yq += U * sy;
+        len -= U;
+        if (!more) break;
+      }
+    }
+    for (; len > 0; --len) {
+      const P xv = ldp<T, CH>(xq);
+      P rv = P::zero();
+      if (res) rv = ldp<T, CH>(rq);
+      stp<T, CH>(yq, step<FULL>(xv, rv, res));
+      xq += sx;
+      if (res) rq += sr;
+      yq += sy;
     }
   }
 };
+
+// The sequences' segments of tile [tb, te) (batch row b when dense).
+template <bool FULL, class K>
+__device__ __forceinline__ void fwd_tm_tiles(const Args& a, K& k, int64_t b, int64_t d0,
+                                             int64_t tb, int64_t te) {
+  int64_t n = a.packed ? find_seq(a, tb) : b;
+  for (int64_t t = tb; t < te && n < a.N; ++n) {
+    const Seq q = seq_of(a, n);
+    const int64_t send = q.s + q.L;
+    const int64_t e = send < te ? send : te;
+    if (e <= t) continue;
+    k.template segment<FULL>(a, q, n, d0, t, e);
+    t = e;
+  }
+}
 
 template <class T, int WMAX, int CH>
 __global__ void __launch_bounds__(Policy::kThreads, 2) fwd_tm(const Args a) {
@@ -146,27 +254,27 @@ __global__ void __launch_bounds__(Policy::kThreads, 2) fwd_tm(const Args a) {
   TmFwd<T, WMAX, CH> k;
   k.kpad = WMAX - a.W;
   k.act = a.act;
+  const A scale = A(pre_scale<TmFwd<T, WMAX, CH>::kHalf>(a.act));  // exact: 1 or 0.5
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
     const int64_t d = d0 + c;
 #pragma unroll
     for (int j = 0; j < WMAX; ++j)
-      k.wp[j][c] = j >= k.kpad ? ld<A>(a.weight.p, a.weight.dt,
-                                       d * a.weight.s0 + (j - k.kpad) * a.weight.s1)
+      k.wp[j][c] = j >= k.kpad ? scale * ld<A>(a.weight.p, a.weight.dt,
+                                               d * a.weight.s0 + (j - k.kpad) * a.weight.s1)
                                : A(0);
-    k.bs[c] = a.bias.p ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+    k.bs[c] = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
   }
   int64_t b, tb, te;
   tile_range(a, tile, &b, &tb, &te);
-  int64_t n = a.packed ? find_seq(a, tb) : b;
-  for (int64_t t = tb; t < te && n < a.N; ++n) {
-    const Seq q = seq_of(a, n);
-    const int64_t send = q.s + q.L;
-    const int64_t e = send < te ? send : te;
-    if (e <= t) continue;
-    k.segment(a, q, n, d0, t, e);
-    t = e;
+  // The full-window SiLU instance only for the vector kernels (nvcc time).
+  if constexpr (CH > 1 && TmFwd<T, WMAX, CH>::kHalf) {  // (fp32: spilled)
+    if (a.W == WMAX && a.act == SC_ACT_SILU) {
+      fwd_tm_tiles<true>(a, k, b, d0, tb, te);
+      return;
+    }
   }
+  fwd_tm_tiles<false>(a, k, b, d0, tb, te);
 }
 
 // ---- channel-major ------------------------------------------------------------
@@ -183,12 +291,13 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_cm(const Args a) {
   const int64_t row = wid / a.tiles_per_row, tile = wid - row * a.tiles_per_row;
   const int64_t b = row / a.D, d = row - b * a.D;
   const int W = a.W;
+  const A scale = A(pre_scale<sizeof(T) == 2>(a.act));  // half-pre SiLU form (common.cuh)
   A wr[WMAX];
 #pragma unroll
   for (int j = 0; j < WMAX; ++j)
-    wr[j] = j < W ? ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (W - 1 - j) * a.weight.s1)
+    wr[j] = j < W ? scale * ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (W - 1 - j) * a.weight.s1)
                   : A(0);
-  const A bs = a.bias.p ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+  const A bs = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
   const Seq q{b, 0, a.T};
   const int64_t h0row = state_row(a.h0, a.h0_idx, b);
   const T* xr = static_cast<const T*>(a.x.p) + b * a.x.s0 + d * a.x.s2;
@@ -218,7 +327,7 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_cm(const Args a) {
 #pragma unroll
       for (int j = WMAX - 1; j >= 0; --j)
         if (j < W) acc = fma(wr[j], u[H + i - j], acc);
-      out[i] = act_fwd<A, sizeof(T) == 2>(a.act, acc);
+      out[i] = act_out<sizeof(T) == 2>(a.act, acc);
       if (rr) out[i] += rv.get(i);
     }
     stp<T, VEC>(yr + t0, Pack<T, VEC>::make(out));
