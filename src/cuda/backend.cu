@@ -30,6 +30,12 @@ int64_t pow2_ceil(int64_t v) {
   return p;
 }
 
+int64_t pow2_floor(int64_t v) {
+  int64_t p = 1;
+  while (p * 2 <= v) p <<= 1;
+  return p;
+}
+
 size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 bool aligned(const void* ptr, int64_t bytes) {
@@ -119,8 +125,15 @@ Plan plan_for(const Problem& p, Path path, int sms) {
       pl.tile_t = p.exec.tile_t;
     } else {
       const int64_t work = p.B * p.T * cols;  // thread-tokens
-      pl.tile_t = std::clamp<int64_t>(pow2_ceil(ceil_div(work, std::max<int64_t>(target, 1))),
-                                      Policy::kMinTileT, Policy::kMaxTileT);
+      const int64_t per_thread = ceil_div(work, std::max<int64_t>(target, 1));
+      if (bwd || pow2_ceil(per_thread) <= Policy::kMaxTileT) {  // one wave, or longest tiles
+        pl.tile_t = std::clamp<int64_t>(pow2_ceil(per_thread), Policy::kMinTileT,
+                                        Policy::kMaxTileT);
+      } else {  // forward, several waves: at least kMinWaves (the last wave's tail is a
+                // smaller share; the backward measured slower with the shorter tiles)
+        pl.tile_t = std::clamp<int64_t>(pow2_floor(per_thread / Policy::kMinWaves),
+                                        Policy::kMinTileT, Policy::kMaxTileT);
+      }
     }
     pl.tiles_per_row = ceil_div(p.T, pl.tile_t);
     pl.ntiles = p.B * pl.tiles_per_row;

@@ -165,6 +165,17 @@ struct TmBwd {
     // next step here: its registers made ptxas spill at the 2-blocks/SM cap,
     // also in the FULL instance, tried with ping-pong buffers.)
     for (; tp + kUnroll <= fast_end; tp += kUnroll) {
+      if constexpr (FULL) {
+        // L2 prefetch of the next step's x and dy (no registers held, unlike
+        // a register prefetch): its loads then wait on L2, not on DRAM.
+        if (tp + 2 * kUnroll <= fast_end) {
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            prefetch_l2(xp + (tp + kUnroll + u) * sx);
+            prefetch_l2(gp + (tp + kUnroll + u) * sg);
+          }
+        }
+      }
       P xv[kUnroll], gv[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) xv[u] = ldp<T, CH>(xp + (tp + u) * sx);
@@ -229,7 +240,10 @@ __global__ void __launch_bounds__(Policy::kThreads, 2) bwd_tm(const Args a) {
     tile_range(a, tile, &b, &tb, &te);
     bool full = false;
     if constexpr (CH > 1 && TmBwd<T, WMAX, CH>::kFast) {  // the FULL instance (step())
-      full = a.W == WMAX && a.act == SC_ACT_SILU && a.dx.p && a.dy.p && k.want_dw;
+      // (Short tiles keep the generic instance: the FULL one measured slower
+      // on them, its warm-up / look-ahead steps spill.)
+      full = a.W == WMAX && a.act == SC_ACT_SILU && a.dx.p && a.dy.p && k.want_dw &&
+             a.tile_t >= Policy::kBwdFullMinTileT;
       if (full) {
 #pragma unroll
         for (int c = 0; c < CH; ++c) {

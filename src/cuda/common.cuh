@@ -193,6 +193,12 @@ __device__ __forceinline__ void stp(T* p, const Pack<T, CH>& v) {
                  "r"(v.w[2]), "r"(v.w[3]) : "memory");
 }
 
+// Hint: fetch the line holding p into L2 (no register, no fault semantics
+// needed: callers pass addresses inside the tensor).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // ---- activation ----------------------------------------------------------------
 
 // fp32: MUFU ex2 + rcp with flush-to-zero (a few ulp; far below the 1e-5

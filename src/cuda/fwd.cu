@@ -39,6 +39,10 @@ constexpr int kUnrollTm = 4;
 // (fewer live registers there: no pad predicates, no activation select).
 constexpr int kUnrollFull16 = 8;
 
+// Residual handling of a token-major stream: absent / present (compile-time) /
+// decided at run time by a null pointer.
+enum ResMode : int { kResOff, kResOn, kResRuntime };
+
 // Token-major forward state of one thread.  The window is padded to WMAX
 // taps: wp[k] = weight[k - kpad] for k >= kpad = WMAX - W, and taps below
 // kpad are skipped by a predicate (never multiplied: a zero weight times an
@@ -165,8 +169,6 @@ struct TmFwd {
     }
   }
 
-  static constexpr int kResOff = 0, kResOn = 1, kResRuntime = 2;
-
   // U tokens: loads then steps (RES: residual absent / present / runtime rq != nullptr).
   template <bool FULL, int RES, int U>
   __device__ __forceinline__ void load_n(P (&xv)[U], P (&rv)[U], const T* xq, const T* rq,
@@ -186,6 +188,19 @@ struct TmFwd {
       stp<T, CH>(yq + u * sy, step<FULL>(xv[u], rv[u], RES == kResOn || (RES == kResRuntime && res)));
   }
 
+  // Full-window instance without residual: an L2 prefetch of the buffer
+  // after the one being loaded (tokens [2U, 3U) from xq, when inside len), so
+  // that load waits on L2 rather than DRAM; no registers held.
+  template <bool FULL, int RES, int U>
+  __device__ __forceinline__ void prefetch_n(const T* xq, int64_t sx, int64_t len) {
+    if constexpr (FULL && RES == kResOff) {
+      if (len >= 3 * U) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) prefetch_l2(xq + (2 * U + u) * sx);
+      }
+    }
+  }
+
   // Tokens xq[0 .. len) (strides sx, sr, sy): ping-pong buffers of U tokens, the
   // loads of one issued before the steps of the other (2U tokens in flight,
   // no register copies), then a token-at-a-time tail.
@@ -202,6 +217,7 @@ struct TmFwd {
       while (true) {  // xa holds the next U tokens, len >= U
         bool more = len >= 2 * U;
         if (more) load_n<FULL, RES, U>(xb, rb, xq + U * sx, res ? rq + U * sr : rq, sx, sr);
+        prefetch_n<FULL, RES, U>(xq, sx, len);
         steps_n<FULL, RES, U>(xa, ra, yq, sy, res);
         xq += U * sx;
         if (res) rq += U * sr;
@@ -210,6 +226,7 @@ struct TmFwd {
         if (!more) break;
         more = len >= 2 * U;
         if (more) load_n<FULL, RES, U>(xa, ra, xq + U * sx, res ? rq + U * sr : rq, sx, sr);
+        prefetch_n<FULL, RES, U>(xq, sx, len);
         steps_n<FULL, RES, U>(xb, rb, yq, sy, res);
         xq += U * sx;
         if (res) rq += U * sr;

@@ -20,6 +20,8 @@ struct Policy {
   static constexpr int kResidentThreads = 512;   // threads one SM holds: 2 blocks (the main kernels' register cap)
   static constexpr int64_t kMinTileT = 8;     // token-major: shortest automatic tile (small shapes; halo W-1 re-read per tile)
   static constexpr int64_t kMaxTileT = 256;   // token-major: longest automatic tile (enough work per thread)
+  static constexpr int64_t kMinWaves = 3;    // token-major forward: shapes beyond one wave of kMaxTileT tiles get >= this many waves (tail)
+  static constexpr int64_t kBwdFullMinTileT = 64;  // bwd_tm: shortest tile taking the full-window SiLU instance
   static constexpr int kCmMaxIters = 16;      // channel-major: most 32*VEC-token chunks per warp tile
   static constexpr int kSmallThreads = 128;   // threads per block of the per-(sequence, channel) state kernels
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block must be whole warps");
