@@ -211,7 +211,8 @@ class Checker {
   // up (returns false: "may overlap") if that leaves more than 2 choices.
   static bool provably_disjoint(const sc_tensor& a, const sc_tensor& b) {
     const int es = dtype_size(a.dtype);
-    if (es == 0 || es != dtype_size(b.dtype) || a.ndim != b.ndim) return false;
+    if (es == 0 || es != dtype_size(b.dtype) || a.ndim != b.ndim || a.ndim > SC_MAX_DIMS)
+      return false;
     const intptr_t bytes = reinterpret_cast<intptr_t>(b.data) - reinterpret_cast<intptr_t>(a.data);
     if (bytes % es != 0) return false;
     struct Dim { int64_t s, hi, lo; };  // stride, c_k range [lo, hi]
@@ -223,7 +224,8 @@ class Checker {
       if (a.stride[i] == 0) continue;  // contributes no offset
       dims[n++] = {a.stride[i], a.shape[i] - 1, -(b.shape[i] - 1)};
     }
-    std::sort(dims, dims + n, [](const Dim& x, const Dim& y) { return x.s > y.s; });
+    for (int i = 1; i < n; ++i)  // insertion sort, largest stride first (n <= SC_MAX_DIMS)
+      for (int j = i; j > 0 && dims[j - 1].s < dims[j].s; --j) std::swap(dims[j - 1], dims[j]);
     int64_t reach_hi[SC_MAX_DIMS + 1] = {}, reach_lo[SC_MAX_DIMS + 1] = {};  // dims k.. reach
     for (int k = n - 1; k >= 0; --k) {
       reach_hi[k] = reach_hi[k + 1] + dims[k].hi * dims[k].s;
@@ -232,7 +234,7 @@ class Checker {
     auto floor_div = [](int64_t x, int64_t y) { return x / y - ((x % y != 0) && (x < 0)); };
     bool gave_up = false;
     auto solvable = [&](auto&& self, int k, int64_t r) -> bool {
-      if (k == n) return r == 0;
+      if (k >= n || k >= SC_MAX_DIMS) return r == 0;  // (the second test informs the compiler)
       const Dim& d = dims[k];
       // c with r - c*s in [reach_lo[k+1], reach_hi[k+1]]
       const int64_t cmin = std::max(d.lo, -floor_div(-(r - reach_hi[k + 1]), d.s));
