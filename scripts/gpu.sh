@@ -5,7 +5,7 @@
 #
 #   scripts/gpu.sh [build-dir]        (default /tmp/sc-gpu; logs under $OUT or ./gpu-logs)
 #
-# Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 skip a stage;
+# Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_PY=1 skip a stage;
 # GPU_BENCH_ARGS adds options to the bench (e.g. "--shape 8x4096x4096").
 # Every stage runs even when an earlier one fails; the exit status is the
 # number of failed stages.
@@ -50,28 +50,39 @@ if [ "${GPU_SKIP_CHECK:-0}" != 1 ]; then
   stage check "$CLI" check --backend cuda
 fi
 stage bench bash -c "'$CLI' bench --backend cuda --json ${GPU_BENCH_ARGS:-} > '$LOG/bench.json'"
+# The PyTorch package on the device's torch: its tests (CUDA streams, graphs,
+# inductor) and the PyTorch-API bench against plain F.conv1d.
+PY=${PYTHON:-python3}
+if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
+  stage pytest env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
+    "$PY" -m pytest -q -p no:cacheprovider "$ROOT/tests/python"
+  stage pybench env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
+    "$PY" -m shortconv.bench --device cuda --budget ${GPU_PYBENCH_BUDGET:-0.3}
+fi
 
 echo
 echo "==== summary ($(date -u +%FT%TZ), $(head -2 "$LOG/gpu.txt" | tail -1))"
-for s in build tests memcheck racecheck check bench; do
+for s in build tests memcheck racecheck check bench pytest pybench; do
   [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
 done
 grep -hE '^\[  FAILED  \]|Failure|rel err' "$LOG/tests.log" 2>/dev/null | head -20
 grep -hE 'ERROR SUMMARY|Race reports|RACECHECK SUMMARY' "$LOG/memcheck.log" "$LOG/racecheck.log" 2>/dev/null
+tail -n 1 "$LOG/pytest.log" 2>/dev/null
+[ -s "$LOG/pybench.log" ] && tail -n 12 "$LOG/pybench.log"
 if [ -s "$LOG/bench.json" ]; then
   python3 - "$LOG/bench.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 bw = d.get("copy_GBps", 0)
 print(f"copy bandwidth {bw:.0f} GB/s")
-print(f"{'shape':34} {'dt':5} {'layout':13} {'W':>2} {'fwd us':>9} {'frac':>5} {'f+b us':>9} {'frac':>5}")
+print(f"{'shape':34} {'dt':5} {'layout':13} {'W':>2} {'fwd us':>9} {'frac':>5} {'f+b us':>9} {'frac':>5} {'eager f / f+b us':>17}")
 for r in d.get("results", []):
     xb = r.get("x_bytes", 0)
     f, fb = r.get("fwd_us", 0), r.get("fwdbwd_us", 0)
     ff = (2 * xb / (bw * 1e3)) / f if f and bw else 0
     fbf = (5 * xb / (bw * 1e3)) / fb if fb and bw else 0
     print(f"{r.get('shape','')[:34]:34} {r.get('dtype',''):5} {r.get('layout','')[:13]:13} {r.get('W',0):>2} "
-          f"{f:9.1f} {ff:5.2f} {fb:9.1f} {fbf:5.2f} {r.get('error','')}")
+          f"{f:9.1f} {ff:5.2f} {fb:9.1f} {fbf:5.2f} {r.get('fwd_call_us') or 0:8.1f} {r.get('fwdbwd_call_us') or 0:8.1f} {r.get('error','')}")
 EOF
 fi
 exit $FAILED
