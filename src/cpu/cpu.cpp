@@ -70,7 +70,13 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
   const TileFn tile_fn = p.dir == Dir::fwd ? K.fwd[slot][silu][wclass] : K.bwd[slot][silu][wclass];
   const bool run_tiles = p.dir == Dir::fwd ? bool(p.y) : (p.dx || p.dh0 || part);
 
-  const int nt = p.exec.num_threads > 0 ? p.exec.num_threads : omp_get_max_threads();
+  // Waking a team costs more than a tiny call's work (decode steps): below
+  // kMinElemsPerThread elements per thread, use fewer threads.  Safe because
+  // the decomposition, and so every result, is independent of the team size.
+  constexpr int64_t kMinElemsPerThread = int64_t(1) << 15;
+  const int64_t elems = (pl.total + p.N * int64_t(S)) * std::max<int64_t>(p.D, 1);
+  const int want = p.exec.num_threads > 0 ? p.exec.num_threads : omp_get_max_threads();
+  const int nt = int(std::clamp<int64_t>(elems / kMinElemsPerThread, 1, std::max(want, 1)));
   constexpr int64_t kStateBlock = 64;  // channels per phase-1 task
   const int64_t n_sblocks = (p.D + kStateBlock - 1) / kStateBlock;
 
