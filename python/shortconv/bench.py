@@ -154,8 +154,12 @@ def measure(fn, copies, device, budget_s):
         return time.perf_counter() - t0
 
     sync(device)
-    first = rounds(len(copies))  # warm-up: first touch, workspace, lazy init
-    n = max(len(copies), int(0.02 / max(first / len(copies), 1e-7)))  # rounds of ~20 ms
+    rounds(len(copies))  # warm-up: first touch, workspace, lazy init
+    # Size rounds from a warm round of at least 8 calls: sized from the cold
+    # first call, rounds shrink to ~1 call and per-call time becomes host + GPU
+    # (no overlap) instead of the steady state.
+    warm = max(8, len(copies))
+    n = max(warm, int(0.02 / max(rounds(warm) / warm, 1e-7)))  # rounds of ~20 ms
     per_call, spent = [], 0.0
     while spent < budget_s or len(per_call) < 3:
         dt = rounds(n)
