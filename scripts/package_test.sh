@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Packaging: build the wheel offline (`pip wheel --no-build-isolation`, as on a
+# machine without network), install it into a scratch prefix and run the
+# Python suite against the installed package (no SHORTCONV_LIBRARY, no repo on
+# the path).  CPU-only build to keep it quick; the CUDA build is compiled by
+# scripts/test.sh.
+source "$(dirname "$0")/common.sh"
+ensure_build_deps
+ensure_venv
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+log "pip wheel --no-build-isolation (SHORTCONV_CUDA=OFF)"
+"$VENV/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$tmp/wheel" \
+  -C cmake.define.SHORTCONV_CUDA=OFF -C build-dir="$tmp/build" "$ROOT"
+"$VENV/bin/python" -m pip install -q --no-deps --target "$tmp/site" "$tmp"/wheel/shortconv-*.whl
+log "pytest against the installed wheel"
+cp -r "$ROOT/tests/python" "$tmp/tests"
+(cd "$tmp" && env -u SHORTCONV_LIBRARY PYTHONPATH="$tmp/site" \
+  "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests)
