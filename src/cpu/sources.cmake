@@ -1,8 +1,15 @@
 # CPU backend sources (owned by src/cpu).
 file(GLOB SHORTCONV_CPU_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*.cpp)
 target_sources(shortconv PRIVATE ${SHORTCONV_CPU_SOURCES})
-# GCC 12 warns about _mm512_undefined_* inside its own intrinsic headers.
-set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cpu_isa.cpp PROPERTIES COMPILE_OPTIONS "-Wno-maybe-uninitialized")
+# The per-ISA kernel units: GCC 12 warns about _mm512_undefined_* inside its
+# own intrinsic headers.  Under the sanitizers they build at -O1: at -O2 the
+# instrumented inlining of a few hundred kernel instances takes many minutes.
+file(GLOB SHORTCONV_CPU_ISA_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/cpu_isa_*.cpp)
+set(SHORTCONV_CPU_ISA_OPTIONS -Wno-maybe-uninitialized)
+if(SHORTCONV_SANITIZE)
+  list(APPEND SHORTCONV_CPU_ISA_OPTIONS -O1)
+endif()
+set_source_files_properties(${SHORTCONV_CPU_ISA_SOURCES} PROPERTIES COMPILE_OPTIONS "${SHORTCONV_CPU_ISA_OPTIONS}")
 # A micro-benchmark of this backend (not a test, not part of the library).
 if(SHORTCONV_BUILD_CLI)
   add_executable(shortconv_cpu_bench ${CMAKE_CURRENT_LIST_DIR}/bench/cpu_bench.cpp)

@@ -1,0 +1,45 @@
+// CPU backend: one copy of the kernels per instruction set (shared part).
+//
+// cpu_simd.hpp and cpu_kernels.hpp are included three times, each inside its
+// own namespace and `#pragma GCC target` region, so the library is built for
+// baseline x86-64 and still carries AVX2 and AVX-512 kernels; cpu.cpp picks
+// one at run time with __builtin_cpu_supports (no global -march).
+// Each table maps (activation dtype, W class, activation) to a tile kernel:
+// W in 1..4 gets a register-window kernel, any other W the generic one.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <type_traits>
+#include <utility>
+#include <cmath>
+#include <cstring>
+
+#include "cpu/cpu_plan.hpp"
+
+namespace shortconv::cpu {
+
+// One translation unit per ISA (cpu_isa_scalar.cpp, cpu_isa_avx2.cpp,
+// cpu_isa_avx512.cpp), so they compile in parallel: each expands the
+// kernels hundreds of times, and under the sanitizers one combined unit took
+// over ten minutes.
+const Kernels& kernels_scalar();
+const Kernels& kernels_avx2();
+const Kernels& kernels_avx512();
+
+// The kernel table of the ISA namespace it is expanded in.
+#define SC_ROW(F, XT, SILU) \
+  { &F<OpsF, 0, XT, SILU>, &F<OpsF, 1, XT, SILU>, &F<OpsF, 2, XT, SILU>, &F<OpsF, 3, XT, SILU>, &F<OpsF, 4, XT, SILU> }
+#define SC_ROWD(F, SILU) \
+  { &F<OpsD, 0, double, SILU>, &F<OpsD, 1, double, SILU>, &F<OpsD, 2, double, SILU>, &F<OpsD, 3, double, SILU>, &F<OpsD, 4, double, SILU> }
+#define SC_DIR(F)                                                                \
+  {                                                                              \
+    {SC_ROW(F, float, false), SC_ROW(F, float, true)},                           \
+        {SC_ROW(F, f16_t, false), SC_ROW(F, f16_t, true)},                       \
+        {SC_ROW(F, bf16_t, false), SC_ROW(F, bf16_t, true)}, {SC_ROWD(F, false), SC_ROWD(F, true) } \
+  }
+#define SC_TABLE(NAME) \
+  constexpr Kernels table{NAME, {OpsF::L, OpsF::L, OpsF::L, OpsD::L}, SC_DIR(fwd_tile), SC_DIR(bwd_tile)};
+
+}  // namespace shortconv::cpu
