@@ -54,20 +54,26 @@ def _width(weight):
 
 
 # ---- implementations (eager, real tensors) -------------------------------------
-def forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
-                 output_final_state, where="shortconv.causal_conv1d"):
-    """y [like x, contiguous] and final_state [N, D, S] (None unless requested)."""
+def _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation):
+    """A Call with the inputs both directions read."""
     c = Call(where, x, _width(weight), state_len, activation)
     c.set("x", x)
     c.set("weight", weight)
     if bias is not None:
         c.set("bias", bias)
-    if residual is not None:
-        c.set("residual", residual)
     if cu_seqlens is not None:
         c.set("cu_seqlens", cu_seqlens, INDEX_CODES)
     if initial_state is not None:
         c.set("initial_state", initial_state)
+    return c
+
+
+def forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
+                 output_final_state, where="shortconv.causal_conv1d"):
+    """y [like x, contiguous] and final_state [N, D, S] (None unless requested)."""
+    c = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation)
+    if residual is not None:
+        c.set("residual", residual)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     c.set_out("y", y)
     final_state = None
@@ -84,15 +90,7 @@ def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len
                   need_dx, need_dweight, need_dbias, need_dinitial_state,
                   where="shortconv.causal_conv1d (backward)"):
     """(dx, dweight, dbias, dinitial_state), each None unless requested."""
-    c = Call(where, x, _width(weight), state_len, activation)
-    c.set("x", x)
-    c.set("weight", weight)
-    if bias is not None:
-        c.set("bias", bias)
-    if cu_seqlens is not None:
-        c.set("cu_seqlens", cu_seqlens, INDEX_CODES)
-    if initial_state is not None:
-        c.set("initial_state", initial_state)
+    c = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation)
     if dy is not None:
         c.set("dy", dy)
     if dht is not None:
