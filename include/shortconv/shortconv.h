@@ -48,6 +48,9 @@ extern "C" {
 
 #define SC_MAX_DIMS 4
 #define SC_ERROR_MAX 512
+/* Largest accepted width W.  Far beyond any short convolution; it keeps
+ * every count a backend derives from W (taps + bias, window rings) small. */
+#define SC_MAX_WIDTH 65536
 
 typedef enum sc_status {
   SC_OK = 0,
@@ -88,8 +91,10 @@ typedef struct sc_tensor {
 typedef struct sc_exec {
   int32_t backend;     /* sc_backend */
   int32_t num_threads; /* CPU: 0 = all hardware threads; results never depend on it */
-  int64_t tile_t;      /* 0 = automatic; > 0 forces the time-tile length (tests sweep it) */
-  int64_t tile_d;      /* 0 = automatic; > 0 forces the channel-tile width (rounded by the backend) */
+  int64_t tile_t;      /* 0 = automatic; > 0 forces the time-tile length (tests sweep it);
+                          longer than the token axis = the whole axis */
+  int64_t tile_d;      /* 0 = automatic; > 0 forces the channel-tile width (rounded by the
+                          backend); wider than D = all channels */
   void* stream;        /* CUDA: cudaStream_t (NULL = legacy default stream) */
   void* workspace;     /* scratch memory, on the backend's side (host or device) */
   size_t workspace_bytes;
@@ -119,7 +124,7 @@ typedef struct sc_exec {
  */
 typedef struct sc_conv_args {
   uint32_t struct_size; /* sizeof(sc_conv_args); set by sc_conv_args_init */
-  int32_t width;        /* W >= 1 */
+  int32_t width;        /* 1 <= W <= SC_MAX_WIDTH */
   int32_t state_len;    /* S >= W-1; -1: from the state tensors, else W-1 */
   int32_t activation;   /* sc_activation */
 
@@ -153,7 +158,9 @@ typedef struct sc_error {
 } sc_error;
 
 /* Bytes of scratch exec.workspace must provide; a function of the shapes,
- * dtypes, backend and forced tiles only.  0 is a valid answer. */
+ * dtypes, backend and forced tiles only (on CUDA not of the device or its
+ * size: a size queried once serves every GPU).  0 is a valid answer.  A size
+ * that does not fit in 63 bits is SC_ERR_UNSUPPORTED. */
 SC_API sc_status sc_forward_workspace_size(const sc_conv_args* args, size_t* bytes, sc_error* err);
 SC_API sc_status sc_backward_workspace_size(const sc_conv_args* args, size_t* bytes, sc_error* err);
 
@@ -168,6 +175,9 @@ SC_API const char* sc_status_string(sc_status status);
 SC_API const char* sc_version_string(void); /* "MAJOR.MINOR.PATCH" */
 SC_API int32_t sc_version(void);            /* MAJOR*10000 + MINOR*100 + PATCH */
 SC_API int32_t sc_has_backend(int32_t backend); /* 1 if compiled in */
+/* "cpu", "cuda", "ref" for the backends this ABI knows (compiled in or not),
+ * NULL for any other id; the known ids are 0, 1, 2, ... without gaps. */
+SC_API const char* sc_backend_name(int32_t backend);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -9,16 +9,6 @@ using namespace shortconv;
 
 namespace {
 
-size_t workspace_for(const Problem& p) {
-  switch (p.exec.backend) {
-    case SC_BACKEND_REF: return ref::workspace_bytes(p);
-#ifdef SHORTCONV_WITH_CUDA
-    case SC_BACKEND_CUDA: return cuda::workspace_bytes(p);
-#endif
-    default: return cpu::workspace_bytes(p);
-  }
-}
-
 // No C++ exception may cross the C ABI (it would terminate the caller): a
 // failed allocation inside a backend (the oracle's std::vector scratch) or in
 // validation's message formatting comes back as SC_ERR_BACKEND.
@@ -38,28 +28,27 @@ sc_status workspace_size(const sc_conv_args* args, Dir dir, size_t* bytes, sc_er
   Problem p;
   sc_status st = validate(args, dir, &p, err);
   if (st != SC_OK) return st;
-  *bytes = workspace_for(p);
-  return SC_OK;
+  size_t need = 0;
+  st = find_backend(p.exec.backend)->workspace(p, &need, err);
+  if (st == SC_OK) *bytes = need;
+  return st;
 }
 
 sc_status run(const sc_conv_args* args, Dir dir, sc_error* err) {
   Problem p;
   sc_status st = validate(args, dir, &p, err);
   if (st != SC_OK) return st;
-  const size_t need = workspace_for(p);
+  const Backend& be = *find_backend(p.exec.backend);  // validate() checked it is compiled
+  size_t need = 0;
+  st = be.workspace(p, &need, err);
+  if (st != SC_OK) return st;
   if (need > 0 && (!p.exec.workspace || p.exec.workspace_bytes < need))
     return fail(err, SC_ERR_WORKSPACE,
                 "exec.workspace: expected at least %zu bytes (see sc_%s_workspace_size), got %zu "
                 "bytes at %p",
                 need, dir == Dir::fwd ? "forward" : "backward", p.exec.workspace_bytes,
                 p.exec.workspace);
-  switch (p.exec.backend) {
-    case SC_BACKEND_REF: return ref::run(p, err);
-#ifdef SHORTCONV_WITH_CUDA
-    case SC_BACKEND_CUDA: return cuda::run(p, err);
-#endif
-    default: return cpu::run(p, err);
-  }
+  return be.run(p, err);
 }
 
 }  // namespace
@@ -114,14 +103,13 @@ int32_t sc_version(void) {
 }
 
 int32_t sc_has_backend(int32_t backend) {
-  switch (backend) {
-    case SC_BACKEND_CPU:
-    case SC_BACKEND_REF: return 1;
-#ifdef SHORTCONV_WITH_CUDA
-    case SC_BACKEND_CUDA: return 1;
-#endif
-    default: return 0;
-  }
+  const Backend* be = find_backend(backend);
+  return be && be->compiled ? 1 : 0;
+}
+
+const char* sc_backend_name(int32_t backend) {
+  const Backend* be = find_backend(backend);
+  return be ? be->name : nullptr;
 }
 
 }  // extern "C"

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.hpp"
 #include "core/dtype.hpp"
 #include "core/problem.hpp"
 
@@ -320,12 +321,18 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
                 sizeof(sc_conv_args), a->struct_size);
 
   const sc_exec& ex = a->exec;
-  if (ex.backend != SC_BACKEND_CPU && ex.backend != SC_BACKEND_CUDA && ex.backend != SC_BACKEND_REF)
-    return fail(err, SC_ERR_INVALID_ARGUMENT,
-                "exec.backend: expected 0 (cpu), 1 (cuda) or 2 (ref), got %d", ex.backend);
-  if (!sc_has_backend(ex.backend))
+  const Backend* be = find_backend(ex.backend);
+  if (!be) {
+    std::string known;
+    for (int32_t id = 0; const Backend* k = find_backend(id); ++id)
+      known += (id ? ", " : "") + std::to_string(id) + " (" + k->name + ")";
+    return fail(err, SC_ERR_INVALID_ARGUMENT, "exec.backend: expected one of %s, got %d",
+                known.c_str(), ex.backend);
+  }
+  if (!be->compiled)
     return fail(err, SC_ERR_UNSUPPORTED,
-                "exec.backend: the cuda backend is not compiled into this build of shortconv");
+                "exec.backend: the %s backend is not compiled into this build of shortconv",
+                be->name);
   if (ex.num_threads < 0)
     return fail(err, SC_ERR_INVALID_ARGUMENT, "exec.num_threads: expected >= 0, got %d",
                 ex.num_threads);
@@ -333,11 +340,12 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
     return fail(err, SC_ERR_INVALID_ARGUMENT, "exec.tile_t/tile_d: expected >= 0, got %lld/%lld",
                 (long long)ex.tile_t, (long long)ex.tile_d);
 
-  Checker c(err, ex.backend != SC_BACKEND_CUDA);
+  Checker c(err, be->memory == Memory::host);
   const bool fwd = dir == Dir::fwd;
 
-  if (a->width < 1)
-    return fail(err, SC_ERR_INVALID_ARGUMENT, "width: expected W >= 1, got %d", a->width);
+  if (a->width < 1 || a->width > SC_MAX_WIDTH)
+    return fail(err, SC_ERR_INVALID_ARGUMENT,
+                "width: expected 1 <= W <= %d (SC_MAX_WIDTH), got %d", SC_MAX_WIDTH, a->width);
   if (a->activation != SC_ACT_NONE && a->activation != SC_ACT_SILU)
     return fail(err, SC_ERR_INVALID_ARGUMENT,
                 "activation: expected 0 (identity) or 1 (silu), got %d", a->activation);

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "core/backend.hpp"
+#include "cpu/cpu_fpmode.hpp"
 #include "cpu/cpu_plan.hpp"
 
 namespace shortconv::cpu {
@@ -57,9 +58,8 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
   const int slot = dtype_slot(p.act_dtype);
   const int64_t L = K.lanes[slot];                  // vector width of the packed layouts
   A* wb = reinterpret_cast<A*>(ws + pl.off_w);      // [Dp/L][W+1][L]: taps, then bias
-  A* halo = (p.h0 && W > 1) ? reinterpret_cast<A*>(ws + pl.off_halo) : nullptr;  // [N][W-1][Dp]
-  A* part = (p.dir == Dir::bwd && (p.dweight || p.dbias)) ? reinterpret_cast<A*>(ws + pl.off_part)
-                                                          : nullptr;  // [tiles][W+1][tile_d]
+  A* halo = pl.halo ? reinterpret_cast<A*>(ws + pl.off_halo) : nullptr;  // [N][W-1][Dp]
+  A* part = pl.part ? reinterpret_cast<A*>(ws + pl.off_part) : nullptr;  // [tiles][W+1][tile_d]
   c.wT = wb;
   c.halo = halo;
   c.part = part;
@@ -68,23 +68,28 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
   const int wclass = W <= 4 ? W : 0;
   const int silu = p.act == SC_ACT_SILU;
   const TileFn tile_fn = p.dir == Dir::fwd ? K.fwd[slot][silu][wclass] : K.bwd[slot][silu][wclass];
-  const bool run_tiles = p.dir == Dir::fwd ? bool(p.y) : (p.dx || p.dh0 || part);
+  const bool run_tiles = pl.run_tiles;
 
   // Waking a team costs more than a tiny call's work (decode steps): below
   // kMinElemsPerThread elements per thread, use fewer threads.  Safe because
   // the decomposition, and so every result, is independent of the team size.
   constexpr int64_t kMinElemsPerThread = int64_t(1) << 15;
-  const int64_t elems = (pl.total + p.N * int64_t(S)) * std::max<int64_t>(p.D, 1);
+  const int64_t elems = ((Count(pl.total) + Count(p.N) * S) * std::max<int64_t>(p.D, 1)).value();
   const int want = p.exec.num_threads > 0 ? p.exec.num_threads : omp_get_max_threads();
   const int nt = int(std::clamp<int64_t>(elems / kMinElemsPerThread, 1, std::max(want, 1)));
   constexpr int64_t kStateBlock = 64;  // channels per phase-1 task
-  const int64_t n_sblocks = (p.D + kStateBlock - 1) / kStateBlock;
+  const int64_t n_sblocks = ceil_div(p.D, kStateBlock);
+
+  const FpMode caller_mode = FpMode::current();  // every worker computes in the caller's modes
+  // Phase 1 has work only when states are read for the tiles or written.
+  const bool state_work = pl.halo || (p.dir == Dir::fwd ? bool(p.ht) : bool(p.dh0));
 
 #pragma omp parallel num_threads(nt)
   {
-    // ---- 0: parameters ----
+    const FpMode::Scope fp_scope(caller_mode);
+    // ---- 0: parameters (only the tiles read them) ----
 #pragma omp for schedule(static)
-    for (int64_t d = 0; d < Dp; ++d) {
+    for (int64_t d = 0; d < (run_tiles ? Dp : 0); ++d) {
       const bool real = d < p.D;
       A* w = wb + (d / L) * (W + 1) * L + d % L;
       for (int k = 0; k < W; ++k)
@@ -94,7 +99,7 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
 
     // ---- 1: states, per (sequence, channel block) ----
 #pragma omp for schedule(static)
-    for (int64_t task = 0; task < p.N * n_sblocks; ++task) {
+    for (int64_t task = 0; task < (state_work ? p.N * n_sblocks : 0); ++task) {
       const int64_t n = task / n_sblocks;
       const int64_t da = (task % n_sblocks) * kStateBlock, db = std::min(da + kStateBlock, p.D);
       const int64_t r0 = p.h0_row(n), Ln = p.seq_len(n);
@@ -159,10 +164,16 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
 
 }  // namespace
 
-size_t workspace_bytes(const Problem& p) { return make_plan(p).bytes; }
+sc_status workspace(const Problem& p, size_t* bytes, sc_error* err) {
+  const Plan pl = make_plan(p);
+  if (pl.too_large) return workspace_too_large(p, err);
+  *bytes = pl.bytes;
+  return SC_OK;
+}
 
 sc_status run(const Problem& p, sc_error* err) {
   const Plan pl = make_plan(p);
+  if (pl.too_large) return workspace_too_large(p, err);
   if (!p.exec.workspace || p.exec.workspace_bytes < pl.bytes)
     return fail(err, SC_ERR_WORKSPACE, "exec.workspace: expected at least %zu bytes, got %zu",
                 pl.bytes, p.exec.workspace_bytes);

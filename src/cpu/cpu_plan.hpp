@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/checked.hpp"
 #include "core/dtype.hpp"
 #include "core/problem.hpp"
 
@@ -65,11 +66,8 @@ static_assert(TilePolicy::kAutoTileT >= 1, "tile_t must be positive");
 static_assert(2 * 4 * TilePolicy::kAutoTileD * 4 <= TilePolicy::kStackRingBytes,
               "W = 4 rings of an automatic tile must fit the stack budget");
 
-inline int64_t round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
-inline size_t align64(size_t b) { return (b + 63) & ~size_t(63); }
-
 struct Plan {
-  int64_t tile_t = 0;    // tokens per chunk (forced p.exec.tile_t or automatic)
+  int64_t tile_t = 0;    // tokens per chunk (forced p.exec.tile_t, at most the axis, or automatic)
   int64_t tile_d = 0;    // channels per d-tile, a multiple of kLane
   int64_t Dp = 0;        // D rounded up to kLane (padded weight/bias/halo rows)
   int64_t total = 0;     // tokens on the global axis
@@ -79,36 +77,53 @@ struct Plan {
   size_t acc = 4;        // bytes of the accumulation type
   int64_t ring_elems = 0;        // window rings per tile, in A elements
   bool ws_scratch = false;       // rings in the workspace (> kStackRingBytes)
+  bool run_tiles = false;        // phase 2 has work (an output the tiles write, tokens, channels)
+  bool halo = false;             // initial-state halo in the workspace (h0 given, W > 1, tiles run)
+  bool part = false;             // backward dweight/dbias partials in the workspace
   size_t off_w = 0, off_halo = 0, off_part = 0, off_scr = 0, bytes = 0;
+  bool too_large = false;        // some size does not fit in 63 bits: the call is refused
 };
 
+// Every size below goes through Count (core/checked.hpp): shapes that pass
+// validation can still multiply past 64 bits (2^58 expanded sequences x
+// channels x bytes); such a plan is too_large, never a wrapped small size.
 inline Plan make_plan(const Problem& p) {
   Plan pl;
   const int W = p.W;
   pl.acc = p.act_dtype == SC_F64 ? 8 : 4;
-  pl.Dp = round_up(std::max<int64_t>(p.D, 1), TilePolicy::kLane);
-  pl.tile_d = p.exec.tile_d > 0 ? round_up(p.exec.tile_d, TilePolicy::kLane) : TilePolicy::kAutoTileD;
-  pl.tile_d = std::min(pl.tile_d, pl.Dp);
-  pl.tile_t = p.exec.tile_t > 0 ? p.exec.tile_t : TilePolicy::kAutoTileT;
-  pl.total = p.packed ? p.T : p.B * p.T;
-  pl.n_chunks = (pl.total + pl.tile_t - 1) / pl.tile_t;
-  pl.n_dtiles = p.D > 0 ? (p.D + pl.tile_d - 1) / pl.tile_d : 0;
-  pl.n_tiles = pl.n_chunks * pl.n_dtiles;
+  const Count Dp = round_up(Count(std::max<int64_t>(p.D, 1)), TilePolicy::kLane);
+  pl.Dp = Dp.value();
+  pl.tile_d = p.exec.tile_d > 0 ? clamp_tile(p.exec.tile_d, pl.Dp) : TilePolicy::kAutoTileD;
+  pl.tile_d = std::min(round_up(Count(pl.tile_d), TilePolicy::kLane).value(), pl.Dp);
+  pl.total = p.packed ? p.T : p.B * p.T;  // fits: x's element count (B*T first) was checked
+  pl.tile_t = p.exec.tile_t > 0 ? clamp_tile(p.exec.tile_t, pl.total) : TilePolicy::kAutoTileT;
+  pl.n_chunks = ceil_div(pl.total, pl.tile_t);
+  pl.n_dtiles = p.D > 0 ? ceil_div(p.D, pl.tile_d) : 0;
+  const Count tiles = Count(pl.n_chunks) * pl.n_dtiles;
+  pl.n_tiles = tiles.value();
   const int rings = p.dir == Dir::fwd ? 1 : 2;  // x window (+ dpre window)
-  pl.ring_elems = int64_t(rings) * W * pl.tile_d;
-  pl.ws_scratch = size_t(pl.ring_elems) * pl.acc > TilePolicy::kStackRingBytes;
+  const Count ring = Count(rings) * W * pl.tile_d;
+  pl.ring_elems = ring.value();
+  pl.ws_scratch = (ring * int64_t(pl.acc)).value() > int64_t(TilePolicy::kStackRingBytes);
+  const bool wanted = p.dir == Dir::fwd ? bool(p.y) : (p.dx || p.dh0 || p.dweight || p.dbias);
+  pl.run_tiles = wanted && pl.total > 0 && p.D > 0;
+  pl.halo = p.h0 && W > 1 && pl.run_tiles;
+  pl.part = p.dir == Dir::bwd && (p.dweight || p.dbias) && pl.run_tiles;
 
-  size_t off = 0;
-  pl.off_w = off;
-  off += align64(size_t(W + 1) * size_t(pl.Dp) * pl.acc);
-  pl.off_halo = off;
-  if (p.h0 && W > 1) off += align64(size_t(p.N) * size_t(W - 1) * size_t(pl.Dp) * pl.acc);
-  pl.off_part = off;
-  if (p.dir == Dir::bwd && (p.dweight || p.dbias))
-    off += align64(size_t(pl.n_tiles) * size_t(W + 1) * size_t(pl.tile_d) * pl.acc);
-  pl.off_scr = off;
-  if (pl.ws_scratch) off += align64(size_t(pl.n_tiles) * size_t(pl.ring_elems) * pl.acc);
-  pl.bytes = off + 64;  // + 64: room to align the caller's pointer
+  const int64_t acc = int64_t(pl.acc);
+  auto aligned = [](Count c) { return round_up(c, 64); };
+  Count off = 0;
+  pl.off_w = off.bytes();
+  off += aligned(Count(W + 1) * Dp * acc);
+  pl.off_halo = off.bytes();
+  if (pl.halo) off += aligned(Count(p.N) * (W - 1) * Dp * acc);
+  pl.off_part = off.bytes();
+  if (pl.part) off += aligned(tiles * (W + 1) * pl.tile_d * acc);
+  pl.off_scr = off.bytes();
+  if (pl.ws_scratch) off += aligned(tiles * ring * acc);
+  off += 64;  // room to align the caller's pointer
+  pl.too_large = tiles.overflow() || ring.overflow() || off.overflow();
+  pl.bytes = off.bytes();
   return pl;
 }
 

@@ -12,7 +12,8 @@
 // core/dtype.hpp, which the state tensors use element by element).
 //
 // exp: Cephes-style range reduction 2^n * exp(r), |r| <= ln2/2, degree-7
-// polynomial: ~2 ulp in float, far below the 1e-5 fp32 tolerance.  SiLU
+// polynomial: ~2 ulp in float, far below the 1e-5 fp32 tolerance, +inf past
+// float's range (see OpsF::exp for the ends of the range).  SiLU
 // divides (one vdivps: it runs beside the FMA pipes and is shorter, in
 // scheduler entries and latency, than a reciprocal estimate + Newton step).
 
@@ -45,20 +46,28 @@ struct OpsF {
     return a * b + c;
 #endif
   }
-  static V clamp(V x, float lo, float hi) {
+  static V clamp(V x, float lo, float hi) {  // NaN stays NaN
     const V l = set1(lo), h = set1(hi);
     x = x < l ? l : x;
     return x > h ? h : x;
   }
   // exp(x) = 2^n * p(r), n = round(x / ln2), r = x - n ln2 (ln2 split in a
   // hi part exact in float and a lo part), p a degree-7 polynomial (Cephes
-  // expf coefficients) in Horner form.
-  static V exp(V x) {
+  // expf coefficients).  Range: x is clamped to [kExpLo, kExpHi] before the
+  // reduction, so n stays in [-124, 128] and 2^n is a product of normal
+  // floats; above log(FLT_MAX) the result is +inf (silu(z) = z/(1+e^-z) then
+  // gives -0 for z < -88.7 instead of a clamped, wrong value).  Below kExpLo
+  // the result is e^kExpLo, ~4e-38 instead of the true tiny value: callers
+  // only ever add it to 1 (sigmoid), where both vanish.  NaN stays NaN
+  // (except under AVX-512's min/max, where the caller's own NaN operand
+  // carries it).
+  static constexpr float kExpLo = -86.0f;
+  static constexpr float kExpHi = 88.72283935546875f;  // log(FLT_MAX), rounded down
+  static V exp(V x0) {
+    const V x = clamp(x0, kExpLo, kExpHi);
 #if SC_ISA == 2
-    x = _mm512_min_ps(x, set1(88.0f));  // scalef handles underflow (-> 0); cap overflow
     const V n = _mm512_roundscale_ps(x * set1(1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 #else
-    x = clamp(x, -87.0f, 88.0f);  // keeps 2^n a normal float, n in [-126, 127]
     const V magic = set1(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
     const V n = fma(x, set1(1.44269504088896341f), magic) - magic;
 #endif
@@ -74,11 +83,13 @@ struct OpsF {
     V q = fma(fma(c, r2, b), r2, a);
     q = fma(q, r2, r + set1(1.f));
 #if SC_ISA == 2
-    return _mm512_scalef_ps(q, n);
+    const V e = _mm512_scalef_ps(q, n);  // exact scaling, n = 128 included
 #else
-    const VI e = (__builtin_convertvector(n, VI) + 127) << 23;
-    return q * (V)e;
+    // 2^n = 2 * 2^(n-1): n-1 in [-125, 127] is a normal float's exponent.
+    const VI bits = (__builtin_convertvector(n, VI) + 126) << 23;
+    const V e = (q + q) * (V)bits;
 #endif
+    return x0 > set1(kExpHi) ? set1(__builtin_inff()) : e;
   }
 
   // ---- storage conversions: contiguous full vectors ------------------------

@@ -1,12 +1,12 @@
-// The CUDA backend's entry points (shortconv::cuda::workspace_bytes / run):
+// The CUDA backend's entry points (shortconv::cuda::workspace / run):
 // choose the kernel path and tiling from the Problem and the device's SM
 // count, lay out the caller's workspace, launch on the caller's stream.
 //
 // Contract kept here: no host-device synchronisation (only attribute queries),
 // no device allocation (scratch = exec.workspace, its size a function of the
-// shapes, dtypes, forced tiles and SM count, queried the same way in both
-// entry points), every launch on exec.stream, launch errors reported as
-// SC_ERR_BACKEND naming the kernel.
+// shapes, dtypes and forced tiles only: planned for Policy::kPlanMaxSms, the
+// most partial rows any device's plan can need), every launch on exec.stream,
+// launch errors reported as SC_ERR_BACKEND naming the kernel.
 //
 // Paths (plan.hpp): token-major vectorised (channel axis contiguous and
 // 16-byte aligned), channel-major (time axis contiguous, dense), token-major
@@ -36,7 +36,7 @@ int64_t pow2_floor(int64_t v) {
   return p;
 }
 
-size_t align_up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+Count align_up(Count v) { return round_up(v, int64_t(kAlign)); }
 
 bool aligned(const void* ptr, int64_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % uintptr_t(bytes) == 0;
@@ -102,7 +102,7 @@ Plan plan_for(const Problem& p, Path path, int sms) {
     const int64_t chunk = 32 * int64_t(pl.ch);  // tokens a warp covers per step
     int64_t tile;
     if (p.exec.tile_t > 0) {
-      tile = ceil_div(p.exec.tile_t, chunk) * chunk;
+      tile = ceil_div(clamp_tile(p.exec.tile_t, p.T), chunk) * chunk;
     } else {  // several chunks per warp (set-up amortised, fewer partial rows), >= one wave
       const int64_t warps = p.B * p.D * ceil_div(p.T, chunk);
       const int64_t iters = std::clamp<int64_t>(warps * 32 / std::max<int64_t>(target, 1), 1,
@@ -122,7 +122,7 @@ Plan plan_for(const Problem& p, Path path, int sms) {
       pl.cx = int(std::min<int64_t>(32, pow2_ceil(std::max<int64_t>(cols, 1))));
     pl.ty = std::max(1, Policy::kThreads / pl.cx);
     if (p.exec.tile_t > 0) {
-      pl.tile_t = p.exec.tile_t;
+      pl.tile_t = clamp_tile(p.exec.tile_t, p.T);
     } else {
       const int64_t work = p.B * p.T * cols;  // thread-tokens
       const int64_t per_thread = ceil_div(work, std::max<int64_t>(target, 1));
@@ -140,21 +140,24 @@ Plan plan_for(const Problem& p, Path path, int sms) {
     pl.parts = path == Path::general ? pl.ntiles : ceil_div(pl.ntiles, pl.ty);
   }
   const bool want_dw = bwd && (p.dweight || p.dbias);
-  const size_t acc = p.act_dtype == SC_F64 ? 8 : 4;
-  pl.part_bytes = want_dw ? size_t(pl.parts) * size_t(p.D) * size_t(p.W + 1) * acc : 0;
-  pl.dpre_bytes = (bwd && path == Path::general) ? size_t(p.B * p.T) * size_t(p.D) * acc : 0;
+  const int64_t acc = p.act_dtype == SC_F64 ? 8 : 4;
+  pl.part_bytes = want_dw ? Count(pl.parts) * p.D * (p.W + 1) * acc : Count(0);
+  pl.dpre_bytes = (bwd && path == Path::general) ? Count(p.B * p.T) * p.D * acc : Count(0);
   return pl;
 }
 
 // The most any eligible path can use: a function of shapes, dtypes, forced
 // tiles and SM count only (not of strides or pointer alignment).
-size_t workspace_need(const Problem& p, int sms) {
+Count workspace_need(const Problem& p, int sms) {
   if (p.dir == Dir::fwd) return 0;
-  size_t most = 0;
+  Count most = 0;
   auto consider = [&](Path path) {
     const Plan pl = plan_for(p, path, sms);
-    const size_t bytes = pl.part_bytes + pl.dpre_bytes;
-    if (bytes > 0) most = std::max(most, align_up(pl.part_bytes) + pl.dpre_bytes + kAlign);
+    const Count bytes = pl.part_bytes + pl.dpre_bytes;
+    if (bytes.overflow() || bytes.value() > 0) {
+      const Count need = align_up(pl.part_bytes) + pl.dpre_bytes + int64_t(kAlign);
+      if (need.overflow() || need.value() > most.value()) most = need;
+    }
   };
   if (p.W > Policy::kMaxFastW) {
     consider(Path::general);
@@ -213,15 +216,21 @@ Args make_args(const Problem& p, const Plan& pl, void* workspace) {
   a.ntiles = pl.ntiles;
   uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
   base = (base + kAlign - 1) / kAlign * kAlign;
-  a.part = pl.part_bytes ? reinterpret_cast<void*>(base) : nullptr;
-  a.dpre = pl.dpre_bytes ? reinterpret_cast<void*>(base + align_up(pl.part_bytes)) : nullptr;
+  a.part = pl.part_bytes.value() ? reinterpret_cast<void*>(base) : nullptr;
+  a.dpre = pl.dpre_bytes.value() ? reinterpret_cast<void*>(base + align_up(pl.part_bytes).bytes())
+                                 : nullptr;
   return a;
 }
 
-size_t workspace_bytes(const Problem& p) { return workspace_need(p, sm_count()); }
+sc_status workspace(const Problem& p, size_t* bytes, sc_error* err) {
+  const Count need = workspace_need(p, Policy::kPlanMaxSms);
+  if (need.overflow()) return workspace_too_large(p, err);
+  *bytes = need.bytes();
+  return SC_OK;
+}
 
 sc_status run(const Problem& p, sc_error* err) {
-  const int sms = sm_count();
+  const int sms = std::min(sm_count(), Policy::kPlanMaxSms);
   const Plan pl = plan_for(p, choose_path(p), sms);
   // Grid limits: tiles on grid.x (2^31-1), channel groups on grid.y (65535).
   const int64_t groups =

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/checked.hpp"
 #include "core/problem.hpp"
 #include "cuda/common.cuh"
 
@@ -24,6 +25,11 @@ struct Policy {
   static constexpr int64_t kBwdFullMinTileT = 64;  // bwd_tm: shortest tile taking the full-window SiLU instance
   static constexpr int kCmMaxIters = 16;      // channel-major: most 32*VEC-token chunks per warp tile
   static constexpr int kSmallThreads = 128;   // threads per block of the per-(sequence, channel) state kernels
+  // Plans are made for min(device SMs, kPlanMaxSms) and the workspace for
+  // kPlanMaxSms: more SMs only ever shorten tiles (more partial rows), so a
+  // size queried once covers every device, however large (a device beyond
+  // this count runs the plan of this count: correct, a little less parallel).
+  static constexpr int kPlanMaxSms = 256;
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block must be whole warps");
   static_assert(kMinTileT >= 1 && kMinTileT <= kMaxTileT, "tile bounds");
 };
@@ -53,7 +59,7 @@ struct Plan {
   int64_t tile_t = 0;      // tokens per tile
   int64_t tiles_per_row = 0, ntiles = 0;
   int64_t parts = 0;       // dweight/dbias partial rows in the workspace (backward)
-  size_t part_bytes = 0, dpre_bytes = 0;
+  Count part_bytes = 0, dpre_bytes = 0;
 };
 
 int sm_count();  // the current device's multiprocessor count (no synchronisation)
@@ -61,7 +67,7 @@ int sm_count();  // the current device's multiprocessor count (no synchronisatio
 // Plan for a given path (any path can be planned; run() picks the eligible one).
 Plan plan_for(const Problem& p, Path path, int sms);
 Path choose_path(const Problem& p);
-size_t workspace_need(const Problem& p, int sms);
+Count workspace_need(const Problem& p, int sms);
 
 Args make_args(const Problem& p, const Plan& pl, void* workspace);
 
@@ -80,6 +86,5 @@ inline cudaError_t launch(K kernel, dim3 grid, dim3 block, size_t smem, cudaStre
   return cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, params, smem, s);
 }
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace shortconv::cuda

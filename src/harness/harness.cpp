@@ -83,12 +83,8 @@ const char* layout_name(Layout l) {
 }
 
 const char* backend_name(sc_backend b) {
-  switch (b) {
-    case SC_BACKEND_CPU: return "cpu";
-    case SC_BACKEND_CUDA: return "cuda";
-    case SC_BACKEND_REF: return "ref";
-  }
-  return "?";
+  const char* name = sc_backend_name(b);
+  return name ? name : "?";
 }
 
 int64_t Case::xt() const {

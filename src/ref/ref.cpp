@@ -113,7 +113,10 @@ void backward(const Problem& p) {
 
 }  // namespace
 
-size_t workspace_bytes(const Problem&) { return 0; }
+sc_status workspace(const Problem&, size_t* bytes, sc_error*) {
+  *bytes = 0;
+  return SC_OK;
+}
 
 sc_status run(const Problem& p, sc_error*) {
   if (p.dir == Dir::fwd)

@@ -149,6 +149,29 @@ TEST_P(Sweep, ForcedTiles) {
     }
 }
 
+TEST_P(Sweep, ExtremeForcedTiles) {
+  // Forced tiles longer / wider than their axis mean the whole axis, up to
+  // INT64_MAX (round-ups and chunk counts must not overflow into a no-op).
+  std::mt19937_64 rng(1008);
+  const int64_t huge[] = {INT64_MAX, INT64_MAX - 1, int64_t(1) << 62, 1000};
+  for (int64_t tt : huge)
+    for (int64_t td : {int64_t(0), INT64_MAX, int64_t(1) << 40}) {
+      Case c;
+      c.W = 4;
+      c.tile_t = tt;
+      c.tile_d = td;
+      c.D = 20;
+      c.packed = tt % 2 == 0;
+      c.lengths = {9, 0, 3, 30};
+      c.B = 2;
+      c.T = 25;
+      c.h0 = c.ht = c.dht = c.want_dh0 = true;
+      c.act_dtype = td == 0 ? SC_BF16 : SC_F32;
+      c.seed = rng();
+      EXPECT_EQ(check_case(c, GetParam()), "") << c.describe();
+    }
+}
+
 TEST_P(Sweep, LayoutsAndViews) {
   // channel-major, q/k/v slices of a fused [B, T, 3D] projection, stride-0 dy
   std::mt19937_64 rng(1006);

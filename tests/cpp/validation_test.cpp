@@ -226,6 +226,20 @@ std::vector<Row> rows() {
   add("struct_size too large", DENSE, BOTH, [](Case& c) { c.a.struct_size += 8; }, {"struct_size"});
   add("width 0", DENSE, BOTH, [](Case& c) { c.a.width = 0; }, {"width"});
   add("width -3", DENSE, BOTH, [](Case& c) { c.a.width = -3; }, {"width"});
+  add("width above SC_MAX_WIDTH (weight broadcast)", DENSE, BOTH,
+      [](Case& c) {
+        c.a.width = SC_MAX_WIDTH + 1;
+        c.a.weight.shape[1] = c.a.dweight.shape[1] = SC_MAX_WIDTH + 1;
+        c.a.weight.stride[0] = c.a.weight.stride[1] = 0;
+      },
+      {"width"});
+  add("width INT32_MAX, state_len = width (W + 1 overflows an int)", DENSE, BOTH,
+      [](Case& c) {
+        c.a.width = c.a.state_len = INT32_MAX;
+        c.a.weight.shape[1] = c.a.dweight.shape[1] = INT32_MAX;
+        c.a.weight.stride[0] = c.a.weight.stride[1] = 0;
+      },
+      {"width"});
   add("activation 2", DENSE, BOTH, [](Case& c) { c.a.activation = 2; }, {"activation"});
   add("activation -1", DENSE, BOTH, [](Case& c) { c.a.activation = -1; }, {"activation"});
   add("backend 3", DENSE, BOTH, [](Case& c) { c.a.exec.backend = 3; }, {"exec.backend"});
@@ -597,12 +611,64 @@ TEST(Validation, ExactMessagesForRepresentativeCases) {
   c->a.width = 0;
   sc_error err;
   ASSERT_EQ(sc_forward(&c->a, &err), SC_ERR_INVALID_ARGUMENT);
-  EXPECT_STREQ(err.message, "width: expected W >= 1, got 0");
+  EXPECT_STREQ(err.message, "width: expected 1 <= W <= 65536 (SC_MAX_WIDTH), got 0");
   c = baseline(PACKED, SC_BACKEND_REF);
   reinterpret_cast<int32_t*>(c->ptr("cu_seqlens"))[3] = 6;
   ASSERT_EQ(sc_backward(&c->a, &err), SC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(err.message).find("7"), std::string::npos) << err.message;
   EXPECT_NE(std::string(err.message).find("6"), std::string::npos) << err.message;
+}
+
+// Shapes that each fit in 64 bits but whose scratch does not (2^58 expanded
+// sequences x 16 padded channels x 4 bytes of initial-state halo): the size
+// query and the run report it, nothing is written, nothing wraps to a small
+// size (it used to, and the kernel wrote past the workspace).
+TEST(Validation, ScratchSizesThatOverflowAreRefused) {
+  const int64_t N = int64_t(1) << 58;
+  for (sc_backend be : {SC_BACKEND_CPU, SC_BACKEND_REF}) {
+    std::vector<float> one(4, 0.5f), dw(2, -7.0f);
+    sc_conv_args a;
+    sc_conv_args_init(&a);
+    a.width = 2;
+    a.exec.backend = be;
+    a.exec.num_threads = 1;
+    const float* src = one.data();
+    auto expanded = [&](std::initializer_list<int64_t> shape) {
+      sc_tensor t = shortconv::tensor(const_cast<float*>(src), SC_F32, shape);
+      for (int i = 0; i < t.ndim; ++i) t.stride[i] = 0;
+      return t;
+    };
+    a.x = expanded({N, 1, 1});
+    a.dy = expanded({N, 1, 1});
+    a.initial_state = expanded({N, 1, 1});
+    a.weight = shortconv::tensor(one.data(), SC_F32, {1, 2});
+    a.dweight = shortconv::tensor(dw.data(), SC_F32, {1, 2});
+    sc_error err;
+    size_t bytes = 12345;
+    const sc_status q = sc_backward_workspace_size(&a, &bytes, &err);
+    if (be == SC_BACKEND_REF) {  // the oracle needs no scratch: only the size path is at stake
+      EXPECT_EQ(q, SC_OK) << err.message;
+      continue;
+    }
+    EXPECT_EQ(q, SC_ERR_UNSUPPORTED) << "got " << bytes << " bytes: " << err.message;
+    EXPECT_TRUE(names(err.message, "exec.workspace")) << err.message;
+    EXPECT_EQ(bytes, 12345u);
+    std::vector<uint8_t> ws(1 << 16, 0);
+    a.exec.workspace = ws.data();
+    a.exec.workspace_bytes = ws.size();
+    EXPECT_EQ(sc_backward(&a, &err), SC_ERR_UNSUPPORTED) << err.message;
+    EXPECT_EQ(dw[0], -7.0f);
+    EXPECT_EQ(dw[1], -7.0f);
+    for (uint8_t b : ws) ASSERT_EQ(b, 0) << "workspace written";
+    // With no token the same sequences need no halo: a valid, empty call.
+    a.x = expanded({N, 0, 1});
+    a.dy = expanded({N, 0, 1});
+    a.dweight = shortconv::tensor(dw.data(), SC_F32, {1, 2});
+    ASSERT_EQ(sc_backward_workspace_size(&a, &bytes, &err), SC_OK) << err.message;
+    EXPECT_LT(bytes, size_t(1) << 16);
+    EXPECT_EQ(sc_backward(&a, &err), SC_OK) << err.message;
+    EXPECT_EQ(dw[0], 0.0f);  // no token: zero gradient
+  }
 }
 
 TEST(Validation, NullArguments) {

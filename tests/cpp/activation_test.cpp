@@ -1,0 +1,125 @@
+// Activations over the whole range of every dtype, on every backend.
+//
+// W = 1, weight 1, no bias: pre = x exactly, so y = act(x) and
+// dx = dy * act'(x) element by element.  x runs over both signs of zero,
+// subnormals, the values where exp over- and underflows in float
+// (|x| around 87-89 and 103), large magnitudes up to the dtype's largest
+// finite value, infinities and NaN.  Each element must agree with the float64
+// oracle: NaN where the oracle is NaN, the same infinity, and otherwise within
+// rtol * |ref| + atol (atol: results below the smallest normal float, ~1e-37,
+// may flush to zero; docs/semantics.md §4).  Infinite inputs follow the
+// defining formulas in IEEE arithmetic: silu(+inf) = +inf, silu(-inf) =
+// -inf * 0 = NaN (as torch.nn.functional.silu).
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "harness/harness.hpp"
+
+namespace {
+
+using namespace shortconv::harness;
+
+class ActivationRange : public ::testing::TestWithParam<sc_backend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == SC_BACKEND_CUDA &&
+        !(sc_has_backend(SC_BACKEND_CUDA) && cuda_device_present()))
+      GTEST_SKIP() << "no CUDA backend compiled in or no CUDA device present";
+  }
+};
+
+// Magnitudes worth testing for a dtype whose largest finite value is `max`.
+std::vector<double> magnitudes(double max) {
+  std::vector<double> m = {0.0, 1e-45, 1e-40, 1e-38, 1e-30, 1e-8, 1e-3, 0.25, 1.0, 2.0, 5.0,
+                           9.0, 17.0, 30.0, 80.0, 86.5, 87.5, 88.5, 88.72, 88.8, 89.5, 95.0,
+                           103.0, 104.5, 120.0, 700.0, 710.0, 1e3, 6e4, 65504.0, 1e5, 1e10,
+                           1e30, 1e37, 1e38, 3e38, 1e300, max};
+  std::vector<double> out;
+  for (double v : m)
+    if (v <= max) out.push_back(v);
+  return out;
+}
+
+double max_finite(sc_dtype dt) {
+  switch (dt) {
+    case SC_F16: return 65504.0;
+    case SC_BF16: return 3.3895313892515355e38;
+    case SC_F32: return double(FLT_MAX);
+    default: return DBL_MAX;
+  }
+}
+
+std::string check_elementwise(const char* what, const std::vector<double>& got,
+                              const std::vector<double>& ref, const std::vector<double>& x,
+                              double rtol, double atol) {
+  if (got.size() != ref.size()) return std::string(what) + ": size differs\n";
+  std::string bad;
+  int shown = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double r = ref[i], g = got[i];
+    bool ok;
+    if (std::isnan(r)) ok = std::isnan(g);
+    else if (std::isinf(r)) ok = g == r;
+    else ok = std::isfinite(g) && std::fabs(g - r) <= rtol * std::fabs(r) + atol;
+    if (!ok && shown++ < 8)
+      bad += std::string(what) + "[x=" + std::to_string(x[i]) + "]: got " + std::to_string(g) +
+             " (" + std::to_string(std::signbit(g)) + "), oracle " + std::to_string(r) + "\n";
+  }
+  return bad;
+}
+
+TEST_P(ActivationRange, SiluAndIdentityOverEveryDtypesRange) {
+  for (sc_dtype dt : {SC_F32, SC_F16, SC_BF16, SC_F64}) {
+    std::vector<double> xs;
+    for (double m : magnitudes(max_finite(dt))) {
+      xs.push_back(m);
+      xs.push_back(-m);
+    }
+    const double inf = std::numeric_limits<double>::infinity();
+    xs.push_back(inf);
+    xs.push_back(-inf);
+    xs.push_back(std::nan(""));
+    for (sc_activation act : {SC_ACT_SILU, SC_ACT_NONE}) {
+      Case c;
+      c.W = 1;
+      c.S = 0;
+      c.act = act;
+      c.act_dtype = c.param_dtype = c.state_dtype = dt;
+      c.B = 1;
+      c.T = 1;
+      c.D = int64_t(xs.size());
+      c.bias = false;
+      c.want_dweight = c.want_dbias = false;  // sums over inf/NaN inputs: NaN, nothing to learn
+      Inputs in = make_inputs(c);
+      in.x = xs;
+      in.weight.assign(in.weight.size(), 1.0);
+      for (size_t i = 0; i < in.dy.size(); ++i) in.dy[i] = i % 2 ? 0.75 : -1.25;
+      const Outputs ref = run(c, in, SC_BACKEND_REF);
+      const Outputs got = run(c, in, GetParam());
+      ASSERT_TRUE(ref.ok()) << ref.problems();
+      ASSERT_TRUE(got.ok()) << got.problems();
+      const double rtol = dt == SC_F64 ? 1e-13 : dt == SC_F32 ? 1e-5 : 1e-2;
+      // Results below ~1e-35 may flush to zero (float's smallest normal is
+      // 1.2e-38; exp(-z) overflows for z < -88.7, sigmoid(z) = 0 there);
+      // fp16's subnormal step is 6e-8.
+      const double atol = dt == SC_F64 ? 1e-300 : dt == SC_F16 ? 6e-8 : 1e-35;
+      const std::string why = check_elementwise("y", got.y, ref.y, xs, rtol, atol) +
+                              check_elementwise("dx", got.dx, ref.dx, xs, rtol, atol);
+      EXPECT_EQ(why, "") << "dtype " << int(dt) << " activation " << int(act);
+    }
+  }
+}
+
+std::string backend_param_name(const ::testing::TestParamInfo<sc_backend>& info) {
+  return backend_name(info.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ActivationRange,
+                         ::testing::Values(SC_BACKEND_CPU, SC_BACKEND_CUDA), backend_param_name);
+
+}  // namespace
