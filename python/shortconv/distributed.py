@@ -246,7 +246,7 @@ def _describe(loc, x, cu_seqlens, backend, call):
     """Fill loc from x, cu_seqlens and (plain call) the rest of the call; returns cu on the host."""
     cu_host = None
     packed = cu_seqlens is not None
-    loc.same("cu_seqlens", "presence (packed batch)", packed)
+    loc.same("cu_seqlens", "presence (packed batch)", packed, _BOOL)
     if not _check_tensor(loc, "x", x, (2, 3) if packed else (3,), None):
         return None
     B = 1 if x.dim() == 2 else x.shape[0]
@@ -282,16 +282,15 @@ def _describe(loc, x, cu_seqlens, backend, call):
                     cu_host = tuple(cu.tolist())
                 loc.same("cu_seqlens", "N (number of sequences)", cu.numel() - 1)
                 loc.same("cu_seqlens", "cu_seqlens[-1] (global total)", int(cu[-1]))
-                h1, h2 = _cu_hashes(cu)
-                loc.same("cu_seqlens", "offsets (a hash of them)", h1)
-                loc.same("cu_seqlens", "offsets (a second hash)", h2)
+                for h in _cu_hashes(cu):
+                    loc.same("cu_seqlens", "offsets", h, _HASH)
     if call is not None:
         _describe_call(loc, x, B, call)
     return cu_host
 
 
 def _describe_call(loc, x, B, call):
-    weight, bias, residual, h0, S, activation, ofs, grad, N = call
+    weight, bias, residual, h0, S, s_given, activation, ofs, grad, N = call
     D = x.shape[-1]
     act = _act_or_none(activation)
     if act is None:
@@ -307,7 +306,7 @@ def _describe_call(loc, x, B, call):
             loc.fail(TypeError, "weight: dtype %s; expected a float dtype" % weight.dtype)
         loc.same("weight", "dtype", FLOAT_CODES.get(weight.dtype, -1), _DTYPE_NAMES)
     loc.same("weight", "W (dim 1)", W)
-    loc.same("bias", "presence", bias is not None)
+    loc.same("bias", "presence", bias is not None, _BOOL)
     if bias is not None and _check_tensor(loc, "bias", bias, (1,), x):
         if bias.shape[0] != D or (isinstance(weight, torch.Tensor) and bias.dtype != weight.dtype):
             loc.fail(ValueError, "bias: expected [%d] in weight's dtype, got %s %s"
@@ -316,10 +315,11 @@ def _describe_call(loc, x, B, call):
         if residual.shape != x.shape or residual.dtype != x.dtype:
             loc.fail(ValueError, "residual: expected x's shape %s and dtype %s, got %s %s"
                      % (list(x.shape), x.dtype, list(residual.shape), residual.dtype))
-    loc.same("state_len", "S", S)
+    s_arg = "state_len" if s_given else "initial_state"
+    loc.same(s_arg, "S" if s_given else "S (last dim, the default state_len)", S)
     if S < max(W - 1, 0):
-        loc.fail(ValueError, "state_len: S = %d; expected S >= W-1 = %d" % (S, W - 1))
-    loc.same("initial_state", "presence", h0 is not None)
+        loc.fail(ValueError, "%s: S = %d; expected S >= W-1 = %d" % (s_arg, S, W - 1))
+    loc.same("initial_state", "presence", h0 is not None, _BOOL)
     if h0 is not None and _check_tensor(loc, "initial_state", h0, (3,), x):
         if N is not None and tuple(h0.shape) != (N, D, S):
             loc.fail(ValueError, "initial_state: expected [N, D, S] = [%d, %d, %d], got %s"
@@ -328,9 +328,13 @@ def _describe_call(loc, x, B, call):
             loc.fail(TypeError, "initial_state: dtype %s; expected a float dtype" % h0.dtype)
         loc.same("initial_state", "dtype", FLOAT_CODES.get(h0.dtype, -1), _DTYPE_NAMES)
     loc.same("activation", "code (0 = none, 1 = silu)", act)
-    loc.same("output_final_state", "value", ofs)
+    loc.same("output_final_state", "value", ofs, _BOOL)
     loc.same("autograd", "recording for backward (grad enabled and an input requires grad)",
-             grad)
+             grad, _BOOL)
+
+
+_HASH = "hash"  # marks a field compared by hash: the message names no values
+_BOOL = {0: "False", 1: "True"}
 
 
 def _raise_everywhere(group, loc, g_ranks, metas, names):
@@ -345,6 +349,9 @@ def _raise_everywhere(group, loc, g_ranks, metas, names):
     for i, (arg, what, _, vnames) in enumerate(names):
         ref = metas[0][2 + i]
         for q, m in enumerate(metas):
+            if m[2 + i] != ref and vnames is _HASH:
+                raise ValueError("%s: %s: the offsets on rank %d differ from rank 0's; every "
+                                 "rank must pass the same global offsets" % (_WHERE, arg, q))
             if m[2 + i] != ref:
                 show = (lambda v: vnames.get(v, v)) if vnames else (lambda v: v)
                 raise ValueError("%s: %s: %s is %s on rank %d but %s on rank 0; every rank of "
@@ -691,6 +698,7 @@ def causal_conv1d(x_local, weight, bias=None, residual=None, initial_state=None,
         x = x.flatten(2)
         if isinstance(residual, torch.Tensor) and residual.dim() > 3:
             residual = residual.flatten(2)
+    s_given = state_len is not None
     if state_len is None:
         if isinstance(initial_state, torch.Tensor) and initial_state.dim() == 3:
             state_len = initial_state.shape[-1]
@@ -703,7 +711,7 @@ def causal_conv1d(x_local, weight, bias=None, residual=None, initial_state=None,
         N = (cu_seqlens.numel() - 1 if isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dim() == 1
              else (x.shape[0] if cu_seqlens is None and isinstance(x, torch.Tensor) and x.dim() == 3
                    else None))
-        call = (weight, bias, residual, initial_state, S, activation, ofs, grad, N)
+        call = (weight, bias, residual, initial_state, S, s_given, activation, ofs, grad, N)
         context = _build(x, cu_seqlens, group, call)
     else:
         _check_against(context, x, cu_seqlens)
