@@ -69,6 +69,7 @@ class CPContext:
         self.batch = batch
         self.num_seqs = len(cu_host) - 1 if self.packed else batch
         self.device = device
+        self.group_name = getattr(group, "group_name", None)  # the custom ops' handle (torch >= 2.4)
         self._patterns = {}
 
     def pattern(self, state_len, kernel_size):
@@ -167,6 +168,7 @@ class _Pattern:
         self.small_bwd = self.la > 0
         self.small_dh0 = self.small_bwd and self.o_start_owned and self.a == self.s_o
 
+        self.packed, self.N = ctx.packed, ctx.num_seqs
         dev = ctx.device
         if ctx.packed:
             cu_dev = ctx.cu_seqlens
@@ -179,6 +181,37 @@ class _Pattern:
             self.cu_local = self.own_final = self.own_start = None
             self.owns_final = nseq > 0 and int(final_owner[0]) == r
             self.owns_start = nseq > 0 and int(start_owner[0]) == r
+        self.ints = self._encode()
+
+    # The custom ops (torch.compile) take the pattern as an int[] and its tensors separately.
+    _SCALARS = ("packed", "N", "T", "hn", "carry", "c", "mf", "small_ht", "owns_final", "la",
+                "small_bwd", "open", "o", "g_main", "g_small", "owns_start", "a", "s_o",
+                "o_carried", "small_dh0")
+    _LISTS = (("halo_from", 2), ("halo_to", 3), ("la_from", 2), ("la_to", 3))
+
+    def _encode(self):
+        out = [int(getattr(self, k)) for k in self._SCALARS]
+        for name, width in self._LISTS:
+            items = getattr(self, name)
+            out.append(len(items))
+            for item in items:
+                out.extend(item)
+        return out
+
+    @classmethod
+    def decode(cls, ints, cu_local, own_final, own_start):
+        pat = cls.__new__(cls)
+        for i, k in enumerate(cls._SCALARS):
+            setattr(pat, k, int(ints[i]))
+        at = len(cls._SCALARS)
+        for name, width in cls._LISTS:
+            n = int(ints[at])
+            at += 1
+            setattr(pat, name, tuple(tuple(int(v) for v in ints[at + i * width:at + (i + 1) * width])
+                                     for i in range(n)))
+            at += n * width
+        pat.cu_local, pat.own_final, pat.own_start = cu_local, own_final, own_start
+        return pat
 
 
 # ---- validation: every rank checks every rank's inputs, raises the same error ------------------
@@ -458,9 +491,9 @@ def _rows(t, n, packed):
 
 
 # ---- the computation ---------------------------------------------------------------------------
-def _forward(x, weight, bias, residual, h0, ctx, pat, S, act, ofs, overlap=True):
+def _forward(x, weight, bias, residual, h0, group, pat, S, act, ofs, overlap=True):
     """y [x's shape], final_state [N, D, S] (replicated) or None, halo state E [B, D, S] or None."""
-    group, packed = ctx.group, ctx.packed
+    packed = pat.packed
     B, T, D = x.shape
     sdt = h0.dtype if h0 is not None else x.dtype
     edt = _common_state_dtype(x.dtype, sdt)
@@ -499,12 +532,11 @@ def _forward(x, weight, bias, residual, h0, ctx, pat, S, act, ofs, overlap=True)
     return y, (ht if ofs else None), E
 
 
-def _backward(x, weight, bias, h0, E, ctx, pat, S, act, ofs, dy, dht,
+def _backward(x, weight, bias, h0, E, group, pat, S, act, ofs, dy, dht,
               need_dx, need_dw, need_db, need_dh0):
     """(dx, dweight, dbias, dinitial_state): dx this rank's slice, the rest partial sums."""
-    group, packed = ctx.group, ctx.packed
+    packed, N = pat.packed, pat.N
     B, T, D = x.shape
-    N = ctx.num_seqs
     sdt = h0.dtype if h0 is not None else x.dtype
     edt = _common_state_dtype(x.dtype, sdt)
     ar = None
@@ -601,17 +633,17 @@ def _backward(x, weight, bias, h0, E, ctx, pat, S, act, ofs, dy, dht,
 
 class _Run:
     """What one call needs besides tensors (kept on the autograd node)."""
-    __slots__ = ("ctx", "pat", "S", "act", "ofs", "overlap")
+    __slots__ = ("group", "pat", "S", "act", "ofs", "overlap")
 
-    def __init__(self, ctx, pat, S, act, ofs, overlap):
-        self.ctx, self.pat, self.S, self.act, self.ofs, self.overlap = (
-            ctx, pat, S, act, ofs, overlap)
+    def __init__(self, group, pat, S, act, ofs, overlap):
+        self.group, self.pat, self.S, self.act, self.ofs, self.overlap = (
+            group, pat, S, act, ofs, overlap)
 
 
 class _CPFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, residual, h0, run):
-        y, ht, E = _forward(x, weight, bias, residual, h0, run.ctx, run.pat, run.S, run.act,
+        y, ht, E = _forward(x, weight, bias, residual, h0, run.group, run.pat, run.S, run.act,
                             run.ofs, run.overlap)
         ctx.save_for_backward(x, weight, bias, h0, E)
         ctx.run = run
@@ -624,13 +656,105 @@ class _CPFunction(torch.autograd.Function):
         x, weight, bias, h0, E = ctx.saved_tensors
         need = ctx.needs_input_grad
         r = ctx.run
-        dx, dw, db, dh0 = _backward(x, weight, bias, h0, E, r.ctx, r.pat, r.S, r.act, r.ofs, dy,
+        dx, dw, db, dh0 = _backward(x, weight, bias, h0, E, r.group, r.pat, r.S, r.act, r.ofs, dy,
                                     dht, need[0], need[1], need[2] and bias is not None,
                                     need[4] and h0 is not None)
         dres = None
         if ctx.has_residual and need[3]:
             dres = dy if dy is not None else torch.zeros_like(x)
         return dx, dw, db, dres, dh0, None
+
+
+# ---- custom ops (torch >= 2.4): torch.compile traces the call without a graph break ------------
+try:
+    from torch.distributed.distributed_c10d import _resolve_process_group
+except ImportError:  # torch < 2.3
+    _resolve_process_group = None
+HAS_CP_CUSTOM_OPS = _ops.HAS_CUSTOM_OPS and _resolve_process_group is not None
+
+if HAS_CP_CUSTOM_OPS:
+
+    def _empty(x, dtype):
+        return torch.empty((0,), dtype=dtype, device=x.device)
+
+    def _dtypes(x, h0):
+        sdt = h0.dtype if h0 is not None else x.dtype
+        return sdt, _common_state_dtype(x.dtype, sdt)
+
+    @torch.library.custom_op(
+        "shortconv::cp_fwd", mutates_args=(),
+        schema="(Tensor x, Tensor weight, Tensor? bias, Tensor? residual, Tensor? initial_state, "
+               "Tensor? cu_local, Tensor? own_final, Tensor? own_start, int[] pattern, str group, "
+               "int state_len, int activation, bool output_final_state) -> (Tensor, Tensor, Tensor)")
+    def _cp_fwd_op(x, weight, bias, residual, h0, cu_local, own_final, own_start, pattern, group,
+                   S, act, ofs):
+        pat = _Pattern.decode(pattern, cu_local, own_final, None)
+        y, ht, E = _forward(x, weight, bias, residual, h0, _resolve_process_group(group), pat,
+                            S, act, ofs)
+        sdt, edt = _dtypes(x, h0)
+        return y, (ht if ht is not None else _empty(x, sdt)), (E if E is not None
+                                                               else _empty(x, edt))
+
+    @_cp_fwd_op.register_fake
+    def _cp_fwd_fake(x, weight, bias, residual, h0, cu_local, own_final, own_start, pattern,
+                     group, S, act, ofs):
+        pat = _Pattern.decode(pattern, None, None, None)
+        B, T, D = x.shape
+        sdt, edt = _dtypes(x, h0)
+        ht = x.new_empty((pat.N, D, S), dtype=sdt) if ofs else _empty(x, sdt)
+        E = x.new_empty((B, D, S), dtype=edt) if pat.carry else _empty(x, edt)
+        return torch.empty_like(x), ht, E
+
+    @torch.library.custom_op(
+        "shortconv::cp_bwd", mutates_args=(),
+        schema="(Tensor x, Tensor weight, Tensor? bias, Tensor? initial_state, Tensor halo_state, "
+               "Tensor? cu_local, Tensor? own_start, Tensor? dy, Tensor? dht, int[] pattern, "
+               "str group, int state_len, int activation, bool output_final_state, bool need_dx, "
+               "bool need_dweight, bool need_dbias, bool need_dinitial_state) "
+               "-> (Tensor, Tensor, Tensor, Tensor)")
+    def _cp_bwd_op(x, weight, bias, h0, E, cu_local, own_start, dy, dht, pattern, group, S, act,
+                   ofs, need_dx, need_dw, need_db, need_dh0):
+        pat = _Pattern.decode(pattern, cu_local, None, own_start)
+        dx, dw, db, dh0 = _backward(x, weight, bias, h0, E if pat.carry else None,
+                                    _resolve_process_group(group), pat, S, act, ofs, dy, dht,
+                                    need_dx, need_dw, need_db, need_dh0)
+        sdt = h0.dtype if h0 is not None else x.dtype
+        return (dx if dx is not None else _empty(x, x.dtype),
+                dw if dw is not None else _empty(x, weight.dtype),
+                db if db is not None else _empty(x, weight.dtype),
+                dh0 if dh0 is not None else _empty(x, sdt))
+
+    @_cp_bwd_op.register_fake
+    def _cp_bwd_fake(x, weight, bias, h0, E, cu_local, own_start, dy, dht, pattern, group, S, act,
+                     ofs, need_dx, need_dw, need_db, need_dh0):
+        sdt = h0.dtype if h0 is not None else x.dtype
+        return (torch.empty_like(x) if need_dx else _empty(x, x.dtype),
+                torch.empty_like(weight) if need_dw else _empty(x, weight.dtype),
+                torch.empty_like(bias) if need_db else _empty(x, weight.dtype),
+                torch.empty_like(h0) if need_dh0 else _empty(x, sdt))
+
+    def _cp_setup(ctx, inputs, output):
+        (x, weight, bias, residual, h0, cu_local, _own_final, own_start, pattern, group, S, act,
+         ofs) = inputs
+        ctx.save_for_backward(x, weight, bias, h0, output[2], cu_local, own_start)
+        ctx.args = (pattern, group, S, act, ofs, residual is not None)
+
+    def _cp_backward(ctx, dy, dht, _dE):
+        x, weight, bias, h0, E, cu_local, own_start = ctx.saved_tensors
+        pattern, group, S, act, ofs, has_res = ctx.args
+        need = ctx.needs_input_grad
+        if dht is not None and dht.numel() == 0:
+            dht = None
+        want = (need[0], need[1], need[2] and bias is not None, need[4] and h0 is not None)
+        dx, dw, db, dh0 = torch.ops.shortconv.cp_bwd(x, weight, bias, h0, E, cu_local, own_start,
+                                                     dy, dht, pattern, group, S, act, ofs, *want)
+        dres = None
+        if has_res and need[3]:
+            dres = dy if dy is not None else torch.zeros_like(x)
+        return ((dx if want[0] else None), (dw if want[1] else None), (db if want[2] else None),
+                dres, (dh0 if want[3] else None)) + (None,) * 8
+
+    torch.library.register_autograd("shortconv::cp_fwd", _cp_backward, setup_context=_cp_setup)
 
 
 # ---- public entry point ------------------------------------------------------------------------
@@ -722,12 +846,18 @@ def causal_conv1d(x_local, weight, bias=None, residual=None, initial_state=None,
     pat = context.pattern(S, W)
     if context.world_size == 1:
         y, ht = _single(x3, weight, bias, r3, initial_state, context, S, act, ofs)
+    elif HAS_CP_CUSTOM_OPS and _ops.use_custom_op():  # torch.compile: no graph break
+        y, ht, _ = torch.ops.shortconv.cp_fwd(
+            x3, weight, bias, r3, initial_state, pat.cu_local, pat.own_final, pat.own_start,
+            pat.ints, context.group_name, S, act, ofs)
+        ht = ht if ofs else None
     else:
-        run = _Run(context, pat, S, act, ofs, True)
+        run = _Run(context.group, pat, S, act, ofs, True)
         if grad:
             y, ht = _CPFunction.apply(x3, weight, bias, r3, initial_state, run)
         else:
-            y, ht, _ = _forward(x3, weight, bias, r3, initial_state, context, pat, S, act, ofs)
+            y, ht, _ = _forward(x3, weight, bias, r3, initial_state, context.group, pat, S, act,
+                                ofs)
     if packed and x.dim() == 2:
         y = y.squeeze(0)
     if y.shape != shape:
