@@ -1,4 +1,5 @@
-"""Multi-process checks of shortconv.distributed on gloo (CPU), run by test_distributed.py.
+"""Multi-process checks of shortconv.distributed, run by test_distributed.py: gloo on CPU
+tensors, or NCCL on one GPU per rank with SHORTCONV_CP_BACKEND=nccl.
 
 One spawn per world size runs every check (importing torch costs seconds per process); each
 rank writes {check: "ok" | failure text} and the reports to <dir>/rank<r>.json.  Every check
@@ -20,6 +21,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+BACKEND = os.environ.get("SHORTCONV_CP_BACKEND", "gloo")
+DEV = torch.device("cpu")  # this rank's device (set in _worker)
 
 
 # ---- launcher ------------------------------------------------------------------------------------
@@ -41,7 +44,7 @@ def run_world(world, timeout=240):
         for p in pc.processes:
             if p.is_alive():
                 p.terminate()
-    results, reports = {}, {}
+    results, reports, seconds = {}, {}, {}
     for r in range(world):
         path = os.path.join(tmp, "rank%d.json" % r)
         data = json.load(open(path)) if os.path.exists(path) else {"status": {}, "reports": {}}
@@ -49,16 +52,24 @@ def run_world(world, timeout=240):
             results.setdefault(name, [None] * world)[r] = st
         for name, rep in data["reports"].items():
             reports.setdefault(name, rep)
-    return SimpleNamespace(world=world, results=results, reports=reports, crashed=crashed)
+        for name, sec in data.get("seconds", {}).items():
+            seconds[name] = max(seconds.get(name, 0), sec)
+    return SimpleNamespace(world=world, results=results, reports=reports, seconds=seconds,
+                           crashed=crashed)
 
 
 def _worker(rank, world, tmp):
+    global DEV
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="file://" + os.path.join(tmp, "rdzv"),
+    if BACKEND == "nccl":
+        DEV = torch.device("cuda", rank)
+        torch.cuda.set_device(DEV)
+    dist.init_process_group(BACKEND, init_method="file://" + os.path.join(tmp, "rdzv"),
                             rank=rank, world_size=world, timeout=timedelta(seconds=60))
-    out = {"status": {}, "reports": {}}
+    out = {"status": {}, "reports": {}, "seconds": {}}
     path = os.path.join(tmp, "rank%d.json" % rank)
     for name, fn in _checks(world):
+        t0 = time.time()
         try:
             rep = fn(rank, world)
             out["status"][name] = "ok"
@@ -66,6 +77,7 @@ def _worker(rank, world, tmp):
                 out["reports"][name] = rep
         except Exception:
             out["status"][name] = "rank %d: %s" % (rank, traceback.format_exc())
+        out["seconds"][name] = round(time.time() - t0, 2)
         with open(path + ".tmp", "w") as f:
             json.dump(out, f)
         os.replace(path + ".tmp", path)
@@ -140,13 +152,14 @@ def _global_inputs(c, world):
     N = len(c["cu"]) - 1 if c["cu"] is not None else c["B"]
 
     def rnd(*shape, dtype=dt):
-        return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+        return torch.randn(*shape, generator=g, dtype=torch.float64).to(DEV, dtype)
 
     X = rnd(c["B"], total, D)
     p = dict(X=X, w=rnd(D, W), b=rnd(D) if c["bias"] else None,
              res=rnd(*X.shape) if c["residual"] else None,
              h0=rnd(N, D, S, dtype=sdt) if c["h0"] else None,
-             cu=torch.tensor(c["cu"], dtype=torch.int32) if c["cu"] is not None else None,
+             cu=torch.tensor(c["cu"], dtype=torch.int32, device=DEV) if c["cu"] is not None
+             else None,
              GY=rnd(*X.shape), N=N)
     # dht per rank: small dyadic values, so the group sum is exact in every dtype
     ght = torch.randint(-6, 7, (world, N, D, S), generator=g).to(torch.float64) / 8
@@ -154,7 +167,7 @@ def _global_inputs(c, world):
         keep = torch.zeros(world, 1, 1, 1, dtype=torch.float64)
         keep[c["seed"] % world] = 1
         ght = ght * keep
-    p["ght"] = ght.to(sdt)
+    p["ght"] = ght.to(DEV, sdt)
     return p
 
 
@@ -341,6 +354,7 @@ def _global_fn(rank, world, lens, cu, S, act):
     all-gathered (backward: this rank's rows), final_state's gradient taken once (rank 0)."""
     import shortconv.distributed as scd
     off, T = sum(lens[:rank]), lens[rank]
+    ctx = scd.build_context(torch.empty(1 if cu is not None else 2, T, 1, device=DEV), cu)
 
     class Shard(torch.autograd.Function):
         @staticmethod
@@ -385,31 +399,32 @@ def _global_fn(rank, world, lens, cu, S, act):
 
     def fn(X, w, b, h0, R):
         y, ht = scd.causal_conv1d(Shard.apply(X), Replicated.apply(w), Replicated.apply(b),
-                                  Shard.apply(R), Replicated.apply(h0), True, act,
-                                  cu_seqlens=cu, state_len=S)
+                                  Shard.apply(R) if R is not None else None,
+                                  Replicated.apply(h0), True, act, context=ctx, state_len=S)
         return Gather.apply(y), Once.apply(ht)
     return fn
 
 
 def check_gradcheck(rank, world):
-    """torch.autograd.gradcheck in fp64 through the whole distributed op, states included."""
+    """torch.autograd.gradcheck in fp64 through the whole distributed op, states included:
+    dense (B=2, S > W: the state passes through a short shard) and packed (a sequence across
+    an empty shard, a zero-length sequence, S = W-1)."""
+    cases = {2: [([3, 2], None, 3, 4, 1), ([2, 4], [0, 1, 1, 4, 6], 4, 3, 2)],
+             3: [([2, 1, 3], None, 3, 4, 1), ([2, 0, 4], [0, 1, 1, 4, 6], 4, 3, 2)]}[world]
     ok = []
-    for lens, cu, W, S in (([3, 1, 4][:world], None, 3, 4),
-                           ([2, 0, 5][:world], [0, 1, 1, 4, 5, 7][:3 + world] if world == 3
-                            else [0, 1, 1, 3, 5], 4, 3)):
+    for lens, cu, W, S, D in cases:
         total = sum(lens)
-        cu = [v for v in cu if v <= total] if cu is not None else None
-        if cu is not None and cu[-1] != total:
-            cu.append(total)
         g = torch.Generator().manual_seed(5 + W)
-        B, D = (1 if cu else 2), 2
+        B = 1 if cu else 2
         N = len(cu) - 1 if cu else B
 
         def rnd(*s):
-            return torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_(True)
+            return torch.randn(*s, generator=g, dtype=torch.float64).to(DEV).requires_grad_(True)
 
-        args = (rnd(B, total, D), rnd(D, W), rnd(D), rnd(N, D, S), rnd(B, total, D))
-        fn = _global_fn(rank, world, lens, torch.tensor(cu) if cu else None, S, "silu")
+        args = (rnd(B, total, D), rnd(D, W), rnd(D), rnd(N, D, S),
+                rnd(B, total, D) if cu is None else None)
+        fn = _global_fn(rank, world, lens, torch.tensor(cu, device=DEV) if cu else None, S,
+                        "silu")
         ok.append(torch.autograd.gradcheck(fn, args, eps=1e-6, atol=1e-9, rtol=1e-7))
     assert all(ok)
 
@@ -431,10 +446,8 @@ def check_ratio_table(rank, world):
             off, T = sum(lens[:rank]), lens[rank]
             g = torch.Generator().manual_seed(W * 100 + len(name))
             total, D, S = sum(lens), 8, W
-            X = torch.randn(2, total, D, generator=g)
-            w, b = torch.randn(D, W, generator=g), torch.randn(D, generator=g)
-            h0 = torch.randn(2, D, S, generator=g)
-            GY = torch.randn(2, total, D, generator=g)
+            X, w, b, h0, GY = (torch.randn(*s, generator=g).to(DEV) for s in (
+                (2, total, D), (D, W), (D,), (2, D, S), (2, total, D)))
             GY[:, :total - 64] = 0  # loss on the tail only
             xs, hs = _leaf(X[:, off:off + T]), _leaf(h0)
             y, _ = scd.causal_conv1d(xs, w, b, initial_state=hs, activation="silu")
@@ -479,14 +492,17 @@ def check_errors(rank, world):
     D, W = 4, 3
 
     def x_(T=3, B=1, d=D, dt=torch.float32):
-        return torch.randn(B, T, d, dtype=dt)
+        return torch.randn(B, T, d, dtype=dt, device=DEV)
 
-    w = torch.randn(D, W)
-    cu = torch.tensor([0, 2, 3 * world], dtype=torch.int32)
+    def t_(*v):
+        return torch.tensor(v, device=DEV)
+
+    w = torch.randn(D, W, device=DEV)
+    cu = t_(0, 2, 3 * world).int()
     msgs = []
     cases = [
         (lambda: scd.causal_conv1d(x_(d=D + 1 if rank == last else D),
-                                   torch.randn(D + 1 if rank == last else D, W)),
+                                   torch.randn(D + 1 if rank == last else D, W, device=DEV)),
          ("x: D (last dim) is %d on rank %d but %d on rank 0" % (D + 1, last, D),)),
         (lambda: scd.causal_conv1d(x_(B=2 if rank == last else 1), w),
          ("x: B (dim 0) is 2 on rank %d but 1 on rank 0" % last,)),
@@ -494,15 +510,16 @@ def check_errors(rank, world):
          ("x: dtype is torch.float64 on rank %d but torch.float32 on rank 0" % last,)),
         (lambda: scd.causal_conv1d(x_(), w, cu_seqlens=cu + (1 if rank == last else 0)),
          ("cu_seqlens", "rank %d" % last)),
-        (lambda: scd.causal_conv1d(x_(), w, cu_seqlens=torch.tensor(
-            [0, 1 if rank == last else 2, 3 * world])),
+        (lambda: scd.causal_conv1d(x_(), w, cu_seqlens=t_(0, 1 if rank == last else 2,
+                                                          3 * world)),
          ("cu_seqlens: the offsets on rank %d differ from rank 0's" % last,)),
-        (lambda: scd.causal_conv1d(x_(), w, cu_seqlens=torch.tensor([0, 2, 3 * world + 1])),
+        (lambda: scd.causal_conv1d(x_(), w, cu_seqlens=t_(0, 2, 3 * world + 1)),
          ("cu_seqlens[-1] is %d on every rank; expected %d" % (3 * world + 1, 3 * world),)),
-        (lambda: scd.causal_conv1d(x_(), w, cu_seqlens=torch.tensor([0, 3])),  # FLA's local
+        (lambda: scd.causal_conv1d(x_(), w, cu_seqlens=t_(0, 3)),  # FLA's rank-local offsets
          ("cu_seqlens",) if world > 1 else ()),
         (lambda: scd.causal_conv1d(x_() if rank != last else "x", w), ("on rank %d" % last, "x")),
-        (lambda: scd.causal_conv1d(x_(), w, initial_state=torch.randn(1, D, W + (rank == last))),
+        (lambda: scd.causal_conv1d(x_(), w, initial_state=torch.randn(1, D, W + (rank == last),
+                                                                      device=DEV)),
          ("initial_state", "rank %d" % last)),
         (lambda: scd.causal_conv1d(x_(), w, activation="relu" if rank == last else None),
          ("activation", "rank %d" % last)),
@@ -543,8 +560,9 @@ def check_compile(rank, world):
         return (y * y).sum() + (ht * ht).sum()
 
     g = torch.Generator().manual_seed(9101)
-    args = [_leaf(p["X"][:, off:off + T]), _leaf(p["w"]), _leaf(torch.randn(c["D"], generator=g)),
-            _leaf(torch.randn(p["N"], c["D"], 4, generator=g))]
+    args = [_leaf(p["X"][:, off:off + T]), _leaf(p["w"]),
+            _leaf(torch.randn(c["D"], generator=g).to(DEV)),
+            _leaf(torch.randn(p["N"], c["D"], 4, generator=g).to(DEV))]
     compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
     lc = compiled(*args)
     gc = torch.autograd.grad(lc, args)

@@ -1,7 +1,9 @@
 """shortconv.distributed on gloo: world sizes 1-5, against the single-process op.
 
 Each world size is one spawn running every check of helpers_distributed.py (a module-scoped
-fixture); the tests below read its results.  Select with ``pytest -k distributed``.
+fixture); the tests below read its results.  Select with ``pytest -k distributed``.  On a
+machine with GPUs, SHORTCONV_CP_BACKEND=nccl runs the same checks on NCCL, one GPU per rank,
+for the world sizes the GPUs allow.
 """
 import pytest
 import torch
@@ -11,17 +13,23 @@ import shortconv
 
 try:
     import shortconv.distributed  # noqa: F401
-    from helpers_distributed import run_world
+    from helpers_distributed import BACKEND, run_world
     _REASON = None
 except ImportError as e:  # pragma: no cover
     _REASON = "shortconv.distributed cannot be imported: %s" % e
-
-if _REASON is None and not (dist.is_available() and dist.is_gloo_available()):
-    _REASON = "torch.distributed with the gloo backend is not available in this torch build"
-
-pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+    BACKEND = "gloo"
 
 WORLDS = [1, 2, 3, 4, 5]  # 5 > W = 4: a window spans more ranks than it has taps
+if _REASON is None and not dist.is_available():
+    _REASON = "this torch build has no torch.distributed"
+elif _REASON is None and BACKEND == "gloo" and not dist.is_gloo_available():
+    _REASON = "this torch build has no gloo backend"
+elif _REASON is None and BACKEND == "nccl":
+    if not (dist.is_nccl_available() and torch.cuda.device_count() >= 1):
+        _REASON = "SHORTCONV_CP_BACKEND=nccl needs NCCL and a GPU"
+    WORLDS = [w for w in WORLDS if w <= torch.cuda.device_count()]
+
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 
 @pytest.fixture(scope="module", params=WORLDS, ids=lambda w: "world%d" % w)
