@@ -454,9 +454,11 @@ def _bytes(t):
 
 
 def _p2p(group, sends, recvs):
-    """Post sends [(global peer, tensor)] and receives [(global peer, buffer)]; returns works."""
-    ops = [dist.P2POp(dist.irecv, _bytes(b), peer, group) for peer, b in recvs]
-    ops += [dist.P2POp(dist.isend, _bytes(t), peer, group) for peer, t in sends]
+    """Post sends [(global peer, tensor, tag)] and receives [(global peer, buffer, tag)];
+    returns the works.  Tags keep two messages between one pair apart on gloo."""
+    ops = [dist.P2POp(dist.irecv, _bytes(b), peer, group, tag) for peer, b, tag in recvs]
+    ops += [dist.P2POp(dist.isend, _bytes(t.contiguous()), peer, group, tag)
+            for peer, t, tag in sends]
     return dist.batch_isend_irecv(ops) if ops else []
 
 
@@ -497,11 +499,12 @@ def _forward(x, weight, bias, residual, h0, group, pat, S, act, ofs, overlap=Tru
     B, T, D = x.shape
     sdt = h0.dtype if h0 is not None else x.dtype
     edt = _common_state_dtype(x.dtype, sdt)
+    # rows travel token-major ([n, B, D]; for B = 1 a slice of x as it is)
     halo = x.new_empty((pat.hn, B, D)) if pat.carry else None
-    sends = [(p, x[:, lo:lo + n].transpose(0, 1).contiguous()) for p, lo, n in pat.halo_to]
+    sends = [(p, x[:, lo:lo + n].transpose(0, 1), 0) for p, lo, n in pat.halo_to]
     recvs, at = [], 0
     for p, n in pat.halo_from:
-        recvs.append((p, halo[at:at + n]))
+        recvs.append((p, halo[at:at + n], 0))
         at += n
     works = _p2p(group, sends, recvs) if overlap else []
     # Rows past the first S of the carried sequence never read the halo: compute the whole
@@ -515,7 +518,9 @@ def _forward(x, weight, bias, residual, h0, group, pat, S, act, ofs, overlap=Tru
     if pat.carry:
         h0c = (_rows(h0, pat.c, packed).to(edt) if h0 is not None
                else torch.zeros((B, D, S), dtype=edt, device=x.device))
-        E = torch.cat([h0c[..., pat.hn:], halo.permute(1, 2, 0).to(edt)], dim=2)
+        E = halo.permute(1, 2, 0).to(edt)  # a strided view when the halo fills the state
+        if pat.hn < S:
+            E = torch.cat([h0c[..., pat.hn:], E], dim=2)
         if pat.mf > 0:
             rs = residual[:, :pat.mf] if residual is not None else None
             ys, hs = _ops.forward_impl(x[:, :pat.mf], weight, bias, rs, E, None, S, act,
@@ -551,12 +556,13 @@ def _backward(x, weight, bias, h0, E, group, pat, S, act, ofs, dy, dht,
     sends = []
     for p, lo, n in pat.la_to:
         gx = x[:, lo:lo + n]
-        gd = dy[:, lo:lo + n] if dy is not None else torch.zeros_like(gx)
-        sends.append((p, torch.stack([gx, gd.to(x.dtype)]).permute(2, 0, 1, 3).contiguous()))
-    la = x.new_empty((pat.la, 2, B, D)) if pat.small_bwd else None
+        gd = dy[:, lo:lo + n].to(x.dtype) if dy is not None else torch.zeros_like(gx)
+        sends += [(p, gx.transpose(0, 1), 1), (p, gd.transpose(0, 1), 2)]
+    la_x = x.new_empty((pat.la, B, D)) if pat.small_bwd else None
+    la_dy = x.new_empty((pat.la, B, D)) if pat.small_bwd else None
     recvs, at = [], 0
     for p, n in pat.la_from:
-        recvs.append((p, la[at:at + n]))
+        recvs += [(p, la_x[at:at + n], 1), (p, la_dy[at:at + n], 2)]
         at += n
     works = _p2p(group, sends, recvs)
     if ar is not None:
@@ -605,9 +611,9 @@ def _backward(x, weight, bias, h0, E, group, pat, S, act, ofs, dy, dht,
     _wait(works)
     if pat.small_bwd and (need_dx or (need_dh0 and pat.small_dh0)):
         a, m = pat.a, T - pat.a
-        x_ext = torch.cat([x[:, a:], la[:, 0].transpose(0, 1)], dim=1)
+        x_ext = torch.cat([x[:, a:], la_x.transpose(0, 1)], dim=1)
         g_loc = dy[:, a:].to(x.dtype) if dy is not None else torch.zeros_like(x[:, a:])
-        dy_ext = torch.cat([g_loc, la[:, 1].transpose(0, 1)], dim=1)
+        dy_ext = torch.cat([g_loc, la_dy.transpose(0, 1)], dim=1)
         k = a - pat.s_o  # rows of o before the small segment
         if k >= S:
             init_s = x[:, a - S:a].permute(0, 2, 1).to(edt)
