@@ -35,6 +35,11 @@ _DEVICE_TYPES = {"cpu": 1, "cuda": 2}
 _WIDE = (torch.float32, torch.float64)
 
 
+# Host-side planning (collectives whose results the host reads, Python over host ints) is not
+# traceable: torch.compile runs it eagerly, a graph break (an error under fullgraph=True).
+_host_only = getattr(getattr(torch, "compiler", None), "disable", lambda f: f)
+
+
 def _common_state_dtype(x_dtype, s_dtype):
     """A dtype holding every x value and every state value exactly (the halo mixes both)."""
     if x_dtype == s_dtype:
@@ -76,7 +81,7 @@ class CPContext:
         key = (int(state_len), int(kernel_size))
         pat = self._patterns.get(key)
         if pat is None:
-            pat = self._patterns[key] = _Pattern(self, *key)
+            pat = self._patterns[key] = _new_pattern(self, *key)
         return pat
 
     def __repr__(self):
@@ -212,6 +217,11 @@ class _Pattern:
             at += n * width
         pat.cu_local, pat.own_final, pat.own_start = cu_local, own_final, own_start
         return pat
+
+
+@_host_only
+def _new_pattern(ctx, S, W):
+    return _Pattern(ctx, S, W)
 
 
 # ---- validation: every rank checks every rank's inputs, raises the same error ------------------
@@ -405,6 +415,7 @@ def _gather(group, device, loc, T):
     return torch.stack(out).cpu().tolist()
 
 
+@_host_only
 def _build(x, cu_seqlens, group, call):
     group, rank, world = _group_rank(group)
     device, backend = _comm_device(group, x)
