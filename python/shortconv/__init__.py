@@ -4,7 +4,7 @@
                                              output_final_state=True)
     y, cache = shortconv.causal_conv1d_update(x_t, cache, weight=weight, activation="silu")
     layer = shortconv.ShortConvolution(hidden_size, kernel_size=4)
-    y_local, _ = shortconv.distributed.causal_conv1d(x_local, weight, group=cp_group)  # context parallel
+    y_local, _ = shortconv.distributed.causal_conv1d(x_local, weight, group=cp_group)  # CP shard
 
 CPU tensors run on the CPU backend, CUDA tensors on the CUDA backend (torch's
 current stream, workspace from torch's caching allocator).  The library is

@@ -32,7 +32,6 @@ __all__ = ["causal_conv1d", "build_context", "CPContext"]
 _WHERE = "shortconv.distributed.causal_conv1d"
 _DTYPE_NAMES = {code: str(dt) for dt, code in FLOAT_CODES.items()}
 _DEVICE_TYPES = {"cpu": 1, "cuda": 2}
-_WIDE = (torch.float32, torch.float64)
 
 
 # Host-side planning (collectives whose results the host reads, Python over host ints) is not
@@ -74,7 +73,7 @@ class CPContext:
         self.batch = batch
         self.num_seqs = len(cu_host) - 1 if self.packed else batch
         self.device = device
-        self.group_name = getattr(group, "group_name", None)  # the custom ops' handle (torch >= 2.4)
+        self.group_name = getattr(group, "group_name", None)  # how the custom ops name it
         self._patterns = {}
 
     def pattern(self, state_len, kernel_size):
@@ -212,8 +211,8 @@ class _Pattern:
         for name, width in cls._LISTS:
             n = int(ints[at])
             at += 1
-            setattr(pat, name, tuple(tuple(int(v) for v in ints[at + i * width:at + (i + 1) * width])
-                                     for i in range(n)))
+            flat = [int(v) for v in ints[at:at + n * width]]
+            setattr(pat, name, tuple(tuple(flat[i * width:(i + 1) * width]) for i in range(n)))
             at += n * width
         pat.cu_local, pat.own_final, pat.own_start = cu_local, own_final, own_start
         return pat
@@ -479,7 +478,7 @@ def _wait(works):
 
 
 def _all_reduce_bytes(t, group):
-    """Replicate rows that exactly one rank filled (the others hold zeros): a byte-wise sum is exact."""
+    """Replicate rows that one rank filled (the others hold zeros): a byte-wise sum is exact."""
     if t.numel() > 0:
         dist.all_reduce(_bytes(t), group=group)
     return t
@@ -504,7 +503,7 @@ def _rows(t, n, packed):
 
 
 # ---- the computation ---------------------------------------------------------------------------
-def _forward(x, weight, bias, residual, h0, group, pat, S, act, ofs, overlap=True):
+def _forward(x, weight, bias, residual, h0, group, pat, S, act, ofs):
     """y [x's shape], final_state [N, D, S] (replicated) or None, halo state E [B, D, S] or None."""
     packed = pat.packed
     B, T, D = x.shape
@@ -517,20 +516,18 @@ def _forward(x, weight, bias, residual, h0, group, pat, S, act, ofs, overlap=Tru
     for p, n in pat.halo_from:
         recvs.append((p, halo[at:at + n], 0))
         at += n
-    works = _p2p(group, sends, recvs) if overlap else []
+    works = _p2p(group, sends, recvs)
     # Rows past the first S of the carried sequence never read the halo: compute the whole
     # shard now (the carried sequence with a stand-in initial state) while the halo travels.
     y, ht = _ops.forward_impl(x, weight, bias, residual, h0, pat.cu_local, S, act, ofs,
                               where=_WHERE)
-    if not overlap:
-        works = _p2p(group, sends, recvs)
     _wait(works)
     E = None
     if pat.carry:
-        h0c = (_rows(h0, pat.c, packed).to(edt) if h0 is not None
-               else torch.zeros((B, D, S), dtype=edt, device=x.device))
         E = halo.permute(1, 2, 0).to(edt)  # a strided view when the halo fills the state
-        if pat.hn < S:
+        if pat.hn < S:  # the sequence started fewer than S tokens ago: initial_state's tail
+            h0c = (_rows(h0, pat.c, packed).to(edt) if h0 is not None
+                   else torch.zeros((B, D, S), dtype=edt, device=x.device))
             E = torch.cat([h0c[..., pat.hn:], E], dim=2)
         if pat.mf > 0:
             rs = residual[:, :pat.mf] if residual is not None else None
@@ -650,18 +647,17 @@ def _backward(x, weight, bias, h0, E, group, pat, S, act, ofs, dy, dht,
 
 class _Run:
     """What one call needs besides tensors (kept on the autograd node)."""
-    __slots__ = ("group", "pat", "S", "act", "ofs", "overlap")
+    __slots__ = ("group", "pat", "S", "act", "ofs")
 
-    def __init__(self, group, pat, S, act, ofs, overlap):
-        self.group, self.pat, self.S, self.act, self.ofs, self.overlap = (
-            group, pat, S, act, ofs, overlap)
+    def __init__(self, group, pat, S, act, ofs):
+        self.group, self.pat, self.S, self.act, self.ofs = group, pat, S, act, ofs
 
 
 class _CPFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, residual, h0, run):
         y, ht, E = _forward(x, weight, bias, residual, h0, run.group, run.pat, run.S, run.act,
-                            run.ofs, run.overlap)
+                            run.ofs)
         ctx.save_for_backward(x, weight, bias, h0, E)
         ctx.run = run
         ctx.has_residual = residual is not None
@@ -702,7 +698,8 @@ if HAS_CP_CUSTOM_OPS:
         "shortconv::cp_fwd", mutates_args=(),
         schema="(Tensor x, Tensor weight, Tensor? bias, Tensor? residual, Tensor? initial_state, "
                "Tensor? cu_local, Tensor? own_final, Tensor? own_start, int[] pattern, str group, "
-               "int state_len, int activation, bool output_final_state) -> (Tensor, Tensor, Tensor)")
+               "int state_len, int activation, bool output_final_state) "
+               "-> (Tensor, Tensor, Tensor)")
     def _cp_fwd_op(x, weight, bias, residual, h0, cu_local, own_final, own_start, pattern, group,
                    S, act, ofs):
         pat = _Pattern.decode(pattern, cu_local, own_final, None)
@@ -849,9 +846,11 @@ def causal_conv1d(x_local, weight, bias=None, residual=None, initial_state=None,
     ofs = bool(output_final_state)
     grad = _needs_grad(x, weight, bias, residual, initial_state)
     if context is None:
-        N = (cu_seqlens.numel() - 1 if isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dim() == 1
-             else (x.shape[0] if cu_seqlens is None and isinstance(x, torch.Tensor) and x.dim() == 3
-                   else None))
+        N = None  # sequences, for initial_state's shape (None: x or cu_seqlens is malformed)
+        if isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dim() == 1:
+            N = cu_seqlens.numel() - 1
+        elif cu_seqlens is None and isinstance(x, torch.Tensor) and x.dim() == 3:
+            N = x.shape[0]
         call = (weight, bias, residual, initial_state, S, s_given, activation, ofs, grad, N)
         context = _build(x, cu_seqlens, group, call)
     else:
@@ -869,7 +868,7 @@ def causal_conv1d(x_local, weight, bias=None, residual=None, initial_state=None,
             pat.ints, context.group_name, S, act, ofs)
         ht = ht if ofs else None
     else:
-        run = _Run(context.group, pat, S, act, ofs, True)
+        run = _Run(context.group, pat, S, act, ofs)
         if grad:
             y, ht = _CPFunction.apply(x3, weight, bias, r3, initial_state, run)
         else:

@@ -224,7 +224,8 @@ def run_case(c, rank, world, context=None, via=None):
     # the single process on the concatenated input
     X, wr, br, hr = _leaf(p["X"]), _leaf(p["w"]), _leaf(p["b"]), _leaf(p["h0"])
     rr = _leaf(p["res"])
-    yr, htr = shortconv.causal_conv1d(X, wr, br, rr, cu_seqlens=p["cu"], **dict(kw, initial_state=hr))
+    yr, htr = shortconv.causal_conv1d(X, wr, br, rr, cu_seqlens=p["cu"],
+                                      **dict(kw, initial_state=hr))
     rins = [t for t in (X, wr, br, rr, hr) if t is not None]
     routs, rg = [yr], [p["GY"]]
     if c["ofs"]:
@@ -299,6 +300,11 @@ def _case_list(world):
     c = make_case(seed, world, W=3, S=3, packed=True)
     c.update(flat=True)  # [T, D] shards
     cases.append(c)
+    for packed in (False, True):  # no tokens at all: final_state = initial_state, dh0 = dht
+        seed += 1
+        c = make_case(seed, world, W=3, S=4, packed=packed)
+        c.update(lens=[0] * world, cu=[0, 0, 0] if packed else None, h0=True, ofs=True)
+        cases.append(c)
     return cases
 
 
