@@ -8,11 +8,12 @@ The global input is the concatenation of the ranks' ``x_local`` along the token 
 group's rank order; ``y_local`` is this rank's slice of ``shortconv.causal_conv1d`` on it.
 Exchange per call (docs/layouts.md, "Context parallelism"):
 
-- forward: each rank receives the last min(S, ...) tokens before its shard of the sequence
-  open at its start (the "halo", possibly from several short earlier shards), by point-to-point
-  messages from exactly the ranks that hold them; final states by one all-reduce;
-- backward: each rank receives x and dy of the next W-1 tokens of the sequence open at its end
-  (the "look-ahead"), and the final-state gradient summed over the group (one all-reduce).
+- forward: each rank receives the up to S tokens just before its shard of the sequence that
+  its first token belongs to (the "halo", possibly from several short earlier shards), by
+  point-to-point messages from exactly the ranks that hold them; final states by one all-reduce;
+- backward: each rank receives x and dy of the next W-1 tokens of the sequence that its last
+  token belongs to (the "look-ahead"), and the final-state gradient summed over the group
+  (one all-reduce).
 
 The exchange pattern (who sends which rows to whom) follows from every rank's shard length and
 the global cu_seqlens, which the host must read once; ``build_context`` does that once per batch
@@ -828,6 +829,14 @@ def causal_conv1d(x_local, weight, bias=None, residual=None, initial_state=None,
     mismatch or a bad argument raises the same error on every rank.  With a context only the
     shard (T_r, B, device) is checked, on this rank: a rank that raises leaves the others
     waiting in the exchange, as with any collective.
+
+    Communication: torch.distributed point-to-point messages and all-reduces on ``group``;
+    with NCCL they are ordered with the current CUDA stream (no host synchronisation; the
+    plain call's plan reads an all-gather on the host).  torch.compile (torch >= 2.4): the
+    call is the custom ops torch.ops.shortconv.cp_fwd / cp_bwd, traced without a graph break
+    when a context is passed whose exchange for (S, W) is planned (build_context's
+    kernel_size/state_len, or an earlier eager call); building a plan inside the compiled
+    region is host work, a graph break.
     """
     act = activation_code(activation) if context is not None else _act_or_none(activation)
     shape = x_local.shape if isinstance(x_local, torch.Tensor) else None

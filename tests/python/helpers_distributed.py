@@ -191,14 +191,18 @@ def run_case(c, rank, world, context=None, via=None):
     if c["cu"] is not None and c.get("flat"):
         x = _leaf(x.detach()[0])
         res = _leaf(res.detach()[0]) if res is not None else None
+    x_in = x
+    if c.get("channel_major"):  # x a [B, T, D] view of [B, D, T] memory
+        x = _leaf(x.detach().transpose(1, 2).contiguous())
+        x_in = x.transpose(1, 2)
     kw = dict(initial_state=h0, output_final_state=c["ofs"], activation=c["act"],
               state_len=c["S"])
     if via == "cp_context":
-        y, ht = shortconv.causal_conv1d(x, w, b, res, cp_context=context, **kw)
+        y, ht = shortconv.causal_conv1d(x_in, w, b, res, cp_context=context, **kw)
     elif context is not None:
-        y, ht = scd.causal_conv1d(x, w, b, res, context=context, **kw)
+        y, ht = scd.causal_conv1d(x_in, w, b, res, context=context, **kw)
     else:
-        y, ht = scd.causal_conv1d(x, w, b, res, cu_seqlens=p["cu"], **kw)
+        y, ht = scd.causal_conv1d(x_in, w, b, res, cu_seqlens=p["cu"], **kw)
     ins = [t for t in (x, w, b, res, h0) if t is not None]
     gy = p["GY"][:, sl].reshape(y.shape)
     outs, gouts = [y], [gy]
@@ -213,6 +217,8 @@ def run_case(c, rank, world, context=None, via=None):
     got = dict(zip(["x", "w", "b", "res", "h0"], [None] * 5))
     names = [k for k, t in zip(["x", "w", "b", "res", "h0"], (x, w, b, res, h0)) if t is not None]
     got.update(zip(names, grads))
+    if c.get("channel_major") and got["x"] is not None:
+        got["x"] = got["x"].transpose(1, 2)
     # partial sums of the replicated inputs, summed over the group in float64
     sums = {}
     for k in ("w", "b", "h0"):
@@ -299,6 +305,10 @@ def _case_list(world):
     seed += 1
     c = make_case(seed, world, W=3, S=3, packed=True)
     c.update(flat=True)  # [T, D] shards
+    cases.append(c)
+    seed += 1
+    c = make_case(seed, world, W=4, S=4, packed=False)
+    c.update(channel_major=True, B=2, D=5)
     cases.append(c)
     for packed in (False, True):  # no tokens at all: final_state = initial_state, dh0 = dht
         seed += 1

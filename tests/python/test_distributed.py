@@ -49,8 +49,9 @@ def _result(world, name):
 def test_distributed_matches_single_process(world):
     """Bitwise y, final_state, dx, dresidual and summed dinitial_state; dweight/dbias summed
     within tolerance.  W in {1, 2, 4, 7} x S in {W-1, W, W+2} x dense/packed, fp32/fp64
-    (and bf16 x with fp32 states, fp32 x with fp64 states), shard lengths 0, 1 and shorter
-    than W-1 back to back, zero-length sequences, sequences across several ranks."""
+    (and bf16 x with fp32 states, fp32 x with fp64 states, a channel-major x, no tokens at
+    all), shard lengths 0, 1 and shorter than W-1 back to back, zero-length sequences,
+    sequences across several ranks, with and without states, residual and bias."""
     _result(world, "cases")
 
 
