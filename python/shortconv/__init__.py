@@ -4,6 +4,7 @@
                                              output_final_state=True)
     y, cache = shortconv.causal_conv1d_update(x_t, cache, weight=weight, activation="silu")
     layer = shortconv.ShortConvolution(hidden_size, kernel_size=4)
+    y_local, _ = shortconv.distributed.causal_conv1d(x_local, weight, group=cp_group)  # CP shard
 
 CPU tensors run on the CPU backend, CUDA tensors on the CUDA backend (torch's
 current stream, workspace from torch's caching allocator).  The library is
@@ -15,6 +16,7 @@ from ._lib import ShortConvError, has_backend, library_path, version
 from ._ops import HAS_CUSTOM_OPS
 from .functional import causal_conv1d, causal_conv1d_update
 from .modules import ShortConvolution
+from . import distributed  # noqa: E402  (context parallelism over torch.distributed)
 
 __version__ = "0.1.0"
 
@@ -22,6 +24,7 @@ __all__ = [
     "causal_conv1d",
     "causal_conv1d_update",
     "ShortConvolution",
+    "distributed",
     "ShortConvError",
     "HAS_CUSTOM_OPS",
     "has_backend",

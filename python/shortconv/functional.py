@@ -58,6 +58,9 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
             W-1 gives causal-conv1d's states.
         backend, cu_seqlens_cpu, chunk_indices: accepted for FLA compatibility and
             ignored (the backend follows x's device).
+        cp_context: context parallelism: an object with ``.group`` and ``.cu_seqlens``
+            (global offsets), e.g. shortconv.distributed.build_context's; x is then this
+            rank's shard and the call is shortconv.distributed.causal_conv1d.
 
     Differentiable in x, weight, bias, residual, initial_state, and through
     final_state.  Every tensor must be on x's device.
@@ -71,13 +74,13 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
         raise NotImplementedError(
             "shortconv.causal_conv1d: seq_idx is not supported; describe packed sequences with "
             "cu_seqlens ([N+1] offsets)")
-    if cp_context is not None:
-        raise NotImplementedError(
-            "shortconv.causal_conv1d: cp_context is not supported; chain chunks by handing "
-            "final_state to the next chunk as initial_state (docs/layouts.md)")
     if kwargs:
         raise TypeError("shortconv.causal_conv1d: unexpected keyword argument(s) %s"
                         % ", ".join(sorted(kwargs)))
+    if cp_context is not None:  # context parallelism: x is this rank's shard (distributed.py)
+        from .distributed import _from_cp_context
+        return _from_cp_context(x, weight, bias, residual, initial_state, output_final_state,
+                                activation, cu_seqlens, state_len, cp_context)
     act = activation_code(activation)
     shape = x.shape
     x = _flatten_heads(x)
