@@ -3,6 +3,7 @@
 source "$(dirname "$0")/common.sh"
 ensure_build_deps
 build_into "$ROOT/build-asan" -DSHORTCONV_CUDA=OFF -DSHORTCONV_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
-log "ctest under ASan+UBSan"
+log "ctest under ASan+UBSan (the C ABI fuzzer for ${SHORTCONV_FUZZ_SECONDS:=60} s)"
+export SHORTCONV_FUZZ_SECONDS
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir "$ROOT/build-asan" --output-on-failure -j "$JOBS"

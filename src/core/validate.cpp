@@ -440,7 +440,10 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
       if (c.host()) {
         View iv;
         to_view(*idx, &iv);
-        for (int64_t n = 0; n < N; ++n) {
+        // A broadcast index tensor (stride 0) holds one value N times: check it
+        // once (N may be 2^58 with no memory behind it).
+        const int64_t distinct = iv.stride[0] == 0 ? std::min<int64_t>(N, 1) : N;
+        for (int64_t n = 0; n < distinct; ++n) {
           int64_t r = load_index(iv, n);
           if (r < -1 || r >= t.shape[0])
             return c.bad(SC_ERR_INVALID_ARGUMENT,
@@ -450,8 +453,14 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
         // An output pool row named by two sequences would be written twice
         // (order-dependent result): "no element written twice" (section 7).
         if (output && t.shape[1] > 0 && t.shape[2] > 0) {  // empty rows: nothing written
+          if (distinct < N && load_index(iv, 0) >= 0)
+            return c.bad(SC_ERR_INVALID_ARGUMENT,
+                         "%s[1]: pool row %lld is also written by sequence 0 (a broadcast index "
+                         "tensor names one row for all %lld sequences); an output row may be "
+                         "named by one sequence only (or -1)",
+                         idx_name, (long long)load_index(iv, 0), (long long)N);
           std::vector<std::pair<int64_t, int64_t>> rows;  // (row, n) for rows >= 0
-          for (int64_t n = 0; n < N; ++n)
+          for (int64_t n = 0; n < distinct; ++n)
             if (int64_t r = load_index(iv, n); r >= 0) rows.push_back({r, n});
           std::sort(rows.begin(), rows.end());
           for (size_t i = 1; i < rows.size(); ++i)
@@ -514,7 +523,8 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
     if (prev != 0)
       return fail(err, SC_ERR_INVALID_ARGUMENT, "cu_seqlens[0]: expected 0, got %lld",
                   (long long)prev);
-    for (int64_t n = 1; n <= N; ++n) {
+    // Broadcast (stride 0): every entry is cu_seqlens[0] == 0, checked above.
+    for (int64_t n = 1, last = cv.stride[0] == 0 ? 0 : N; n <= last; ++n) {
       int64_t v = load_index(cv, n);
       if (v < prev)
         return fail(err, SC_ERR_INVALID_ARGUMENT,

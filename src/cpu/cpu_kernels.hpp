@@ -192,7 +192,7 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
       const A* gv = ring + (v * RW + W) * L;
       for (int jj = 0; jj < S; ++jj) {
         V acc = O::zero();
-        for (int k = 0; k < W; ++k) {
+        for (int k = 0; k < W && dy_; ++k) {  // no dy: no dpre terms (semantics §2)
           const int64_t t = int64_t(jj) - off - k;
           if (t >= 0 && t < nh) acc = O::fma(O::load(wv + k * L), O::load(gv + ring_slot(int(t), W - 1, W) * L), acc);
         }
@@ -241,13 +241,13 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
       }
       A* gv = rv + W * L;  // dpre slots
       O::store(gv + cur * L, dp);
-      if (pv) {  // [W+1][L]: dweight taps, then dbias
+      if (pv && gr) {  // [W+1][L]: dweight taps, then dbias (no dy: no terms)
         for (int k = 0; k < W; ++k) O::store(pv + k * L, O::fma(dp, uk(k), O::load(pv + k * L)));
         O::store(pv + W * L, O::load(pv + W * L) + dp);
       }
       if (dxr) {  // dx[t_out] = sum_k w[k] dpre[t_out+W-1-k]; k = 0 is this row
         V acc = O::zero();
-        for (int k = 0; k < W; ++k)
+        for (int k = 0; k < W && gr; ++k)
           acc = O::fma(wk(k), k == 0 ? dp : O::load(gv + ring_slot(base, W - 1 - k, W) * L), acc);
         if (dht_row) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t_out - Ln, nl);
         if constexpr (F) O::store_x(dxr + j, acc); else store_lanes<O>(dxr + j * dxsd, dxsd, nl, acc);
@@ -270,7 +270,7 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
       vec(j, int(std::min<int64_t>(L, nd - j)), wv, rv, pv, std::false_type{});
     if (want_dh0 && r == nh - 1) store_dh0();
   });
-  if (dx_) {  // rows past the sequence end have dpre = 0
+  if (dx_) {  // the last W-1 dx rows of the sequence: dpre rows past its end do not exist
     for (int64_t r = std::max(rend, tb); r < te + W - 1; ++r) {
       const int base = int((r - tb) % W), cur = ring_slot(base, W - 1, W);
       const int64_t t_out = r - (W - 1);
@@ -281,7 +281,9 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
         O::store(gv + cur * L, O::zero());
         if (t_out < tb) continue;
         V acc = O::zero();
-        for (int k = 0; k < W; ++k)
+        // only the taps whose dpre row r-k lies inside the sequence (never w * 0
+        // for a row that is not there: a NaN / inf weight must not meet it)
+        for (int k = int(std::max<int64_t>(0, r - Ln + 1)); k < W && dy_; ++k)
           acc = O::fma(O::load(wv + k * L), O::load(gv + ring_slot(base, W - 1 - k, W) * L), acc);
         if (has_dht && S + t_out >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t_out - Ln, nl);
         store_lanes<O>(dx_ + t_out * dxst + j * dxsd, dxsd, nl, acc);

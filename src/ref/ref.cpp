@@ -55,10 +55,12 @@ std::vector<double> preactivation(const Problem& p, const std::vector<double>& u
   return pre;
 }
 
+// Channels outside, sequences inside: an empty channel axis does no work even
+// for 2^58 (broadcast) sequences.
 void forward(const Problem& p) {
-  for (int64_t n = 0; n < p.N; ++n) {
-    const int64_t L = p.seq_len(n), b = p.seq_batch(n), t0 = p.seq_begin(n);
-    for (int64_t d = 0; d < p.D; ++d) {
+  for (int64_t d = 0; d < p.D; ++d) {
+    for (int64_t n = 0; n < p.N; ++n) {
+      const int64_t L = p.seq_len(n), b = p.seq_batch(n), t0 = p.seq_begin(n);
       // Every read of h0 (into u) happens before the write of ht below, so an
       // aliased in-place state update is correct.
       const std::vector<double> u = extended(p, n, d);
@@ -80,22 +82,23 @@ void forward(const Problem& p) {
 void backward(const Problem& p) {
   const int64_t off = p.S - (p.W - 1);
   std::vector<double> dweight(size_t(p.D * p.W), 0.0), dbias(size_t(p.D), 0.0);
-  for (int64_t n = 0; n < p.N; ++n) {
-    const int64_t L = p.seq_len(n), b = p.seq_batch(n), t0 = p.seq_begin(n);
-    for (int64_t d = 0; d < p.D; ++d) {
-      const std::vector<double> u = extended(p, n, d);
-      const std::vector<double> pre = preactivation(p, u, L, d);
-      std::vector<double> dpre(size_t(L), 0.0), du(size_t(p.S + L), 0.0);
-      for (int64_t t = 0; t < L; ++t) {
-        const double g = p.dy ? get(p.dy, b, t0 + t, d) : 0.0;
-        dpre[size_t(t)] = g * act_grad(p.act, pre[size_t(t)]);
+  for (int64_t d = 0; d < p.D; ++d) {
+    for (int64_t n = 0; n < p.N; ++n) {
+      const int64_t L = p.seq_len(n), b = p.seq_batch(n), t0 = p.seq_begin(n);
+      std::vector<double> du(size_t(p.S + L), 0.0);
+      if (p.dy) {  // an absent dy contributes no term at all (semantics §2)
+        const std::vector<double> u = extended(p, n, d);
+        const std::vector<double> pre = preactivation(p, u, L, d);
+        std::vector<double> dpre(size_t(L), 0.0);
+        for (int64_t t = 0; t < L; ++t)
+          dpre[size_t(t)] = get(p.dy, b, t0 + t, d) * act_grad(p.act, pre[size_t(t)]);
+        for (int64_t t = 0; t < L; ++t)
+          for (int k = 0; k < p.W; ++k) {
+            du[size_t(off + t + k)] += get(p.weight, d, k) * dpre[size_t(t)];
+            dweight[size_t(d * p.W + k)] += dpre[size_t(t)] * u[size_t(off + t + k)];
+          }
+        for (int64_t t = 0; t < L; ++t) dbias[size_t(d)] += dpre[size_t(t)];
       }
-      for (int64_t t = 0; t < L; ++t)
-        for (int k = 0; k < p.W; ++k) {
-          du[size_t(off + t + k)] += get(p.weight, d, k) * dpre[size_t(t)];
-          dweight[size_t(d * p.W + k)] += dpre[size_t(t)] * u[size_t(off + t + k)];
-        }
-      for (int64_t t = 0; t < L; ++t) dbias[size_t(d)] += dpre[size_t(t)];
       if (p.dht)
         for (int64_t j = 0; j < p.S; ++j) du[size_t(L + j)] += get(p.dht, n, d, j);
       if (p.dx)
