@@ -14,11 +14,19 @@ Conventions (docs/semantics.md is the law):
 import torch
 
 from . import _ops
+from ._args import check_flag, check_state_len, check_tensor, check_width
+from ._lib import invalid
 from ._ops import activation_code
 
 __all__ = ["causal_conv1d", "causal_conv1d_update"]
 
 _increment_version = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
+if _increment_version is None:  # torch < 2.1
+    def _increment_version(t):
+        # An in-place op on an empty view bumps the version counter t shares
+        # with its base and every other view, and touches no memory.
+        with torch.no_grad():
+            t[:0].zero_()
 
 
 def _flatten_heads(t):
@@ -62,11 +70,19 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
     Differentiable in x, weight, bias, residual, initial_state, and through
     final_state.  Every tensor must be on x's device.
     """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError("shortconv.causal_conv1d: x: expected a torch.Tensor, got %s"
-                        % type(x).__name__)
+    where = "shortconv.causal_conv1d"
     if weight is None:
         raise ValueError("shortconv.causal_conv1d: weight: required ([D, W])")
+    check_tensor(where, "x", x, "[B, T, D]")
+    check_tensor(where, "weight", weight, "[D, W]")
+    if bias is not None:
+        check_tensor(where, "bias", bias, "[D] or None")
+    if residual is not None:
+        check_tensor(where, "residual", residual, "like x, or None")
+    if initial_state is not None:
+        check_tensor(where, "initial_state", initial_state, "[N, D, S] or None")
+    if cu_seqlens is not None:
+        check_tensor(where, "cu_seqlens", cu_seqlens, "[N+1] (int32/int64) or None")
     if seq_idx is not None:
         raise NotImplementedError(
             "shortconv.causal_conv1d: seq_idx is not supported; describe packed sequences with "
@@ -78,17 +94,21 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
     if kwargs:
         raise TypeError("shortconv.causal_conv1d: unexpected keyword argument(s) %s"
                         % ", ".join(sorted(kwargs)))
-    act = activation_code(activation)
+    act = activation_code(activation, where)
     shape = x.shape
     x = _flatten_heads(x)
     if residual is not None:
         residual = _flatten_heads(residual)
+    W = check_width(where, weight)
     if state_len is None:
         if initial_state is not None and initial_state.dim() == 3:
-            state_len = initial_state.shape[-1]
+            state_len = check_state_len(where, "initial_state", initial_state.shape[-1], None)
         else:
-            state_len = weight.shape[-1] if weight.dim() > 0 else 1
-    output_final_state = bool(output_final_state)
+            state_len = W
+    else:
+        state_len = check_state_len(where, "state_len", state_len, W)
+    if output_final_state is not True and output_final_state is not False:
+        output_final_state = check_flag(where, "output_final_state", output_final_state)
 
     if _ops.use_custom_op():
         y, final_state = torch.ops.shortconv.causal_conv1d_fwd(
@@ -129,15 +149,31 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             nothing written).
         cu_seqlens: [N+1] offsets of a packed x.
     """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError("shortconv.causal_conv1d_update: x: expected a torch.Tensor, got %s"
-                        % type(x).__name__)
+    where = "shortconv.causal_conv1d_update"
     if weight is None:
         raise ValueError("shortconv.causal_conv1d_update: weight: required ([D, W])")
     if cache is None:
         raise ValueError("shortconv.causal_conv1d_update: cache: required ([N, D, S] or a pool "
                          "[P, D, S] with cache_indices)")
-    act = activation_code(activation)
+    check_tensor(where, "x", x, "[N, D] or [N, T, D]")
+    check_tensor(where, "cache", cache, "[N, D, S] or a pool [P, D, S]")
+    check_tensor(where, "weight", weight, "[D, W]")
+    if bias is not None:
+        check_tensor(where, "bias", bias, "[D] or None")
+    if residual is not None:
+        check_tensor(where, "residual", residual, "like x, or None")
+        if residual.shape != x.shape:
+            raise invalid(where, "residual: expected x's shape %s, got %s"
+                          % (list(x.shape), list(residual.shape)))
+    if cache_indices is not None:
+        check_tensor(where, "cache_indices", cache_indices, "[N] (int32/int64) or None")
+    if cu_seqlens is not None:
+        check_tensor(where, "cu_seqlens", cu_seqlens, "[N+1] (int32/int64) or None")
+    if x.dim() == 0:
+        raise invalid(where, "x: expected [N, D], [N, T, D] or packed [1, total, D], got a "
+                             "0-dim tensor")
+    act = activation_code(activation, where)
+    check_width(where, weight)
     shape = x.shape
     D = weight.shape[0] if weight.dim() > 0 else 0
     if x.shape[-1] != D:
@@ -164,9 +200,10 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
     else:
         with torch.no_grad():
             y = _ops.update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act)
-        # The library wrote cache behind autograd's back: bump its version so a
-        # later backward through an older use of cache fails loudly, as after
-        # any in-place op (torch >= 2.1; nothing to bump on older torch).
-        if _increment_version is not None and cache.requires_grad:
+        # The library wrote cache behind autograd's back: bump its version, as
+        # every in-place op does, so a backward through a graph that saved
+        # cache (e.g. as an initial_state) fails loudly instead of using the
+        # new values.  Inference tensors have no version counter.
+        if not cache.is_inference():
             _increment_version(cache)
     return y.view(shape), cache
