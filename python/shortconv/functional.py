@@ -68,7 +68,11 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
             ignored (the backend follows x's device).
 
     Differentiable in x, weight, bias, residual, initial_state, and through
-    final_state.  Every tensor must be on x's device.
+    final_state, to any order: the backward is itself a short convolution, so
+    gradient penalties (create_graph=True) get exact second derivatives in both
+    the eager and the torch.compile paths.  Every tensor must be on x's device.
+    Tensors must be dense strided; a lazily negated view is read as its values
+    (a copy), sparse / nested / __torch_dispatch__ tensors are a TypeError.
     """
     where = "shortconv.causal_conv1d"
     if weight is None:
@@ -142,7 +146,9 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             (one token for each of N sequences) is recognised when cache has N
             rows, no cache_indices and no cu_seqlens are given.
         cache: [N, D, S] states, or a pool [P, D, S] with cache_indices; any
-            S >= W-1 (FLA: W, causal-conv1d: W-1).  Read, then overwritten in place.
+            S >= W-1 (FLA: W, causal-conv1d: W-1).  Read, then overwritten in place
+            (its version counter is bumped like any in-place op's, so a backward
+            through a graph that saved it raises instead of using the new values).
         weight: [D, W].  bias: [D], optional.  residual: like x, optional.
         activation: None, 'silu' or 'swish'.
         cache_indices: [N] int32/int64 pool rows; -1 = padding (zero state read,
