@@ -61,7 +61,8 @@ def check_state_len(where, name, S, W):
     if type(S) is not int:
         S = _as_int(where, name, S)
     if W is not None and S < W - 1:
-        raise invalid(where, "%s: state length S must be >= W-1 = %d, got S = %d" % (name, W - 1, S))
+        raise invalid(where, "%s: state length S must be >= W-1 = %d, got S = %d"
+                      % (name, W - 1, S))
     if S > INT32_MAX:
         raise invalid(where, "%s: state length S = %d exceeds the C ABI's int32 (at most %d)"
                       % (name, S, INT32_MAX))
