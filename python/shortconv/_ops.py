@@ -8,7 +8,9 @@ caching allocator, so CUDA-graph capture works).
 On torch >= 2.4 they are registered as custom ops
     torch.ops.shortconv.causal_conv1d_fwd / causal_conv1d_bwd / causal_conv1d_update
 with fake (meta) implementations and autograd, so torch.compile(fullgraph=True)
-traces them with no graph break.  In eager mode the public functions call the
+traces them with no graph break.  Both paths differentiate the backward too
+(a double backward, e.g. a gradient penalty): its VJP is built from forward
+and backward calls (_double_backward.py), so every order is exact.  In eager mode the public functions call the
 same implementations through a torch.autograd.Function instead (the custom-op
 dispatch costs tens of µs of Python per call, which would dominate small
 calls); set SHORTCONV_EAGER_CUSTOM_OP=1 to route eager calls through the custom

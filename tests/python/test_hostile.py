@@ -1,5 +1,6 @@
-"""Hostile input through the Python package: overflowing shapes and tiles, the decode
-cache written under a saved tensor, tensors whose memory is not their values.
+"""Hostile input through the Python package: overflowing shapes and tiles, SiLU at the
+ends of the range, the decode cache written under a saved tensor, tensors whose memory
+is not their values.
 
 Each test states the one outcome allowed: a clean ValueError / TypeError naming the
 argument with nothing written, or the right result.  Calls that used to crash the
@@ -93,6 +94,29 @@ def test_forced_tile_overflow(tile):
         return
     yr, _ = causal_conv1d_ref(x, w, initial_state=h0, activation="silu")
     assert_close(y, yr, what="y with tiles %s" % (tile,))
+
+
+# ---- 6. SiLU over the whole finite range (seen through Python) --------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_silu_and_its_gradient_at_extreme_values(dtype):
+    # W = 1, weight 1: pre = x.  Elementwise against float64 within the dtype's tolerance,
+    # with an absolute floor of the smallest normal number (a flushed subnormal is fine).
+    fi = torch.finfo(dtype)
+    z = torch.tensor([-fi.max, -fi.max / 3, -fi.max / 30, -1e4, -100.0, -20.0, -1.0, 0.0, 1.0,
+                      20.0, 100.0, 1e4, fi.max / 30, fi.max], dtype=torch.float64)
+    x = z.clamp(-fi.max, fi.max).to(dtype).view(1, -1, 1).requires_grad_()
+    y, _ = shortconv.causal_conv1d(x, torch.ones(1, 1, dtype=dtype), activation="silu")
+    (g,) = torch.autograd.grad(y.sum(), [x])
+    xr = x.detach().double().requires_grad_()
+    yr = torch.nn.functional.silu(xr)
+    (gr,) = torch.autograd.grad(yr.sum(), [xr])
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5}.get(dtype, 1e-2)
+    for what, out, ref in (("y", y, yr), ("dx", g, gr)):
+        ref = ref.detach().view(-1)
+        out = out.detach().double().view(-1)
+        bad = (out - ref).abs() > tol * ref.abs() + fi.tiny
+        assert not bad.any(), "%s %s at pre = %s: %s, expected %s" % (
+            dtype, what, xr.detach().view(-1)[bad].tolist(), out[bad].tolist(), ref[bad].tolist())
 
 
 # ---- 4. the decode cache written under a saved tensor ---------------------------------
