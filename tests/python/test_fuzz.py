@@ -406,7 +406,9 @@ def apply_update_defect(defect, kw, P):
         kw["cache"] = torch.zeros(cache.shape, dtype=torch.int64)
         return TypeError, "cache"
     if defect == "weight:shape":
-        w = kw["weight"].resolve_neg()
+        w, x = kw["weight"], kw["x"]
+        if x.dim() == 3 and x.shape[1] * x.shape[2] == w.shape[0] + 1:
+            return None  # x would be read as [N, H, Dh] heads of D+1 channels
         kw["weight"] = torch.zeros((w.shape[0] + 1, w.shape[1]), dtype=w.dtype)
         return ValueError, "weight"
     if defect == "activation:gelu":

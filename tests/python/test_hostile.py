@@ -304,6 +304,16 @@ def test_dispatch_subclasses_are_rejected(arg):
         shortconv.causal_conv1d(**kw)
 
 
+@pytest.mark.skipif(not hasattr(torch.Tensor, "_make_wrapper_subclass"),
+                    reason="wrapper subclasses need a newer torch")
+def test_dispatch_subclass_cache_is_rejected_and_not_written():
+    inner = torch.randn(2, 3, 3)
+    before = inner.clone()
+    with pytest.raises(TypeError, match=r"cache is a _Wrapper, a tensor subclass"):
+        shortconv.causal_conv1d_update(torch.randn(2, 3), _Wrapper(inner), weight=torch.randn(3, 3))
+    assert torch.equal(inner, before)
+
+
 def test_plain_subclasses_and_parameters_are_accepted():
     p = make_problem(B=2, T=4, D=3, W=3, seed=309)
     yr, _ = causal_conv1d_ref(p["x"], p["weight"], initial_state=p["initial_state"])
