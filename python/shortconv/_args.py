@@ -39,15 +39,6 @@ def check_tensor(where, name, v, expected):
                         % (where, name, expected))
 
 
-def check_width(where, weight):
-    """W = weight.shape[-1], which the C ABI carries as an int32."""
-    W = weight.shape[-1] if weight.dim() > 0 else 1
-    if W > INT32_MAX:
-        raise invalid(where, "weight: width W = weight.shape[-1] = %d exceeds the C ABI's int32 "
-                             "(at most %d)" % (W, INT32_MAX))
-    return W
-
-
 def _as_int(where, name, v):
     if isinstance(v, _SymInt):
         return v

@@ -74,14 +74,15 @@ def invalid(where, message):
 
 
 def int32_error(where, width, state_len, activation):
-    """The error for scalars the C ABI's int32 fields cannot hold."""
-    for name, v in (("weight: width W = weight.shape[-1]", width), ("state_len", state_len),
-                    ("activation", activation)):
+    """The error for scalars the C ABI's int32 fields cannot hold (struct.error)."""
+    named = (("weight: width W = weight.shape[-1]", width),
+             ("state_len: state length S", state_len), ("activation", activation))
+    for name, v in named:
         if not isinstance(v, int) or isinstance(v, bool):
             return TypeError("%s: %s: expected an int, got %s" % (where, name, type_name(v)))
         if not -INT32_MAX - 1 <= v <= INT32_MAX:
-            return invalid(where, "%s: expected at most %d (the C ABI's int32), got %d"
-                           % (name, INT32_MAX, v))
+            return invalid(where, "%s = %d exceeds the C ABI's int32 (at most %d)"
+                           % (name, v, INT32_MAX))
     return invalid(where, "scalar arguments out of range")
 
 
@@ -287,8 +288,7 @@ class Call:
         must hold exactly its values (no lazily negated view to resolve).
         """
         tt = type(t)
-        if (tt is not _TorchTensor and tt is not _Parameter) or t.is_neg() \
-                or t.layout is not _STRIDED:
+        if (tt is not _TorchTensor and tt is not _Parameter) or t.is_neg():
             t = self._resolve(field, t, output)
         if t.device != self.device:
             raise ValueError("%s: %s is on %s but x is on %s; every tensor must be on x's device"
@@ -305,8 +305,9 @@ class Call:
         try:
             _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), code, nd, *t.shape, *t.stride())
         except (RuntimeError, NotImplementedError) as e:
-            # Tensors without plain strided storage (nested, functorch-batched, ...)
-            # refuse data_ptr / shape / stride: their memory is not their values.
+            # Tensors without strided storage (sparse, mkldnn, nested, functorch-batched,
+            # ...) refuse data_ptr / shape / stride: their memory is not their values.
+            self._resolve(field, t, output)  # names the layout when that is the reason
             raise TypeError("%s: %s: expected a dense strided tensor whose memory holds its "
                             "values; this one has none shortconv can read (%s)"
                             % (self.where, self.name(field), str(e).split("\n")[0])) from None
