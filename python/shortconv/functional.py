@@ -20,6 +20,14 @@ from ._ops import activation_code
 
 __all__ = ["causal_conv1d", "causal_conv1d_update"]
 
+# Forward-mode AD: inside a dual level the call goes through the autograd.Function,
+# which has no jvp, so torch raises its standard error instead of the tangents
+# being dropped (by the direct path, or by the custom op, which has no jvp rule).
+_forward_ad = getattr(torch.autograd, "forward_ad", None)
+if getattr(_forward_ad, "_current_level", None) is None:
+    class _forward_ad:  # noqa: N801  (no forward AD in this torch)
+        _current_level = -1
+
 _increment_version = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
 if _increment_version is None:  # torch < 2.1
     def _increment_version(t):
@@ -114,13 +122,15 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
     if output_final_state is not True and output_final_state is not False:
         output_final_state = check_flag(where, "output_final_state", output_final_state)
 
-    if _ops.use_custom_op():
+    forward_ad = _forward_ad._current_level >= 0
+    if _ops.use_custom_op() and not forward_ad:
         y, final_state = torch.ops.shortconv.causal_conv1d_fwd(
             x, weight, bias, residual, initial_state, cu_seqlens, state_len, act,
             output_final_state)
         if not output_final_state:
             final_state = None
-    elif torch.is_grad_enabled() and _needs_grad(x, weight, bias, residual, initial_state):
+    elif forward_ad or (torch.is_grad_enabled()
+                        and _needs_grad(x, weight, bias, residual, initial_state)):
         y, final_state = _ops.CausalConv1dFunction.apply(
             x, weight, bias, residual, initial_state, cu_seqlens, state_len, act,
             output_final_state)

@@ -233,3 +233,18 @@ def test_third_order(path):
 
     assert torch.autograd.gradgradcheck(first, [p[k] for k in names], eps=1e-6, atol=1e-7,
                                         rtol=1e-5)
+
+
+@pytest.mark.skipif(not hasattr(torch.autograd, "forward_ad"), reason="forward AD missing")
+def test_forward_mode_ad_raises_instead_of_dropping_tangents(path):
+    fwAD = torch.autograd.forward_ad
+    p = make_problem(B=2, T=4, D=3, W=3, seed=134)
+    with fwAD.dual_level():
+        x = fwAD.make_dual(p["x"], torch.ones_like(p["x"]))
+        with pytest.raises(NotImplementedError, match="jvp"):
+            shortconv.causal_conv1d(x, p["weight"], activation="silu")
+        with torch.no_grad(), pytest.raises(NotImplementedError, match="jvp"):
+            shortconv.causal_conv1d(x, p["weight"], activation="silu")
+        y, _ = shortconv.causal_conv1d(p["x"], p["weight"])  # no tangents: fine
+    yr, _ = causal_conv1d_ref(p["x"], p["weight"])
+    assert_close(y, yr)
