@@ -259,12 +259,14 @@ def test_sparse_cache_is_rejected():
                                        weight=w)
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # quantized tensors are deprecated
 def test_quantized_input_is_rejected():
     x = torch.quantize_per_tensor(torch.randn(2, 4, 3), 0.1, 0, torch.qint8)
     with pytest.raises(TypeError, match=r"x has dtype torch.qint8"):
         shortconv.causal_conv1d(x, torch.randn(3, 3))
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # nested tensors are a prototype
 def test_nested_tensor_is_rejected():
     if not hasattr(torch, "nested"):
         pytest.skip("torch.nested needs torch >= 1.13")
