@@ -39,6 +39,14 @@ def check_tensor(where, name, v, expected):
                         % (where, name, expected))
 
 
+def check_tensors(where, named):
+    """check_tensor for each (name, value, expected) whose value is not None: the slow
+    path the public functions take when their inline test of the common case fails."""
+    for name, v, expected in named:
+        if v is not None:
+            check_tensor(where, name, v, expected)
+
+
 def _as_int(where, name, v):
     if isinstance(v, _SymInt):
         return v

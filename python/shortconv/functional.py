@@ -14,8 +14,8 @@ Conventions (docs/semantics.md is the law):
 import torch
 
 from . import _ops
-from ._args import check_flag, check_state_len, check_tensor
-from ._lib import invalid
+from ._args import check_flag, check_state_len, check_tensors
+from ._lib import INT32_MAX, invalid
 from ._ops import activation_code
 
 __all__ = ["causal_conv1d", "causal_conv1d_update"]
@@ -28,6 +28,7 @@ if getattr(_forward_ad, "_current_level", None) is None:
     class _forward_ad:  # noqa: N801  (no forward AD in this torch)
         _current_level = -1
 
+_Tensor = torch.Tensor
 _increment_version = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
 if _increment_version is None:  # torch < 2.1
     def _increment_version(t):
@@ -85,16 +86,19 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
     where = "shortconv.causal_conv1d"
     if weight is None:
         raise ValueError("shortconv.causal_conv1d: weight: required ([D, W])")
-    check_tensor(where, "x", x, "[B, T, D]")
-    check_tensor(where, "weight", weight, "[D, W]")
-    if bias is not None:
-        check_tensor(where, "bias", bias, "[D] or None")
-    if residual is not None:
-        check_tensor(where, "residual", residual, "like x, or None")
-    if initial_state is not None:
-        check_tensor(where, "initial_state", initial_state, "[N, D, S] or None")
-    if cu_seqlens is not None:
-        check_tensor(where, "cu_seqlens", cu_seqlens, "[N+1] (int32/int64) or None")
+    # Tensors (not nested ones where .shape is read below), tested inline: this runs on
+    # every call.  Anything else takes check_tensors, which names the argument.
+    if (not isinstance(x, _Tensor) or not isinstance(weight, _Tensor) or x.is_nested
+            or weight.is_nested or (bias is not None and not isinstance(bias, _Tensor))
+            or (residual is not None and not isinstance(residual, _Tensor))
+            or (initial_state is not None and (not isinstance(initial_state, _Tensor)
+                                               or initial_state.is_nested))
+            or (cu_seqlens is not None and not isinstance(cu_seqlens, _Tensor))):
+        check_tensors(where, (
+            ("x", x, "[B, T, D]"), ("weight", weight, "[D, W]"), ("bias", bias, "[D] or None"),
+            ("residual", residual, "like x, or None"),
+            ("initial_state", initial_state, "[N, D, S] or None"),
+            ("cu_seqlens", cu_seqlens, "[N+1] (int32/int64) or None")))
     if seq_idx is not None:
         raise NotImplementedError(
             "shortconv.causal_conv1d: seq_idx is not supported; describe packed sequences with "
@@ -111,14 +115,18 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
     x = _flatten_heads(x)
     if residual is not None:
         residual = _flatten_heads(residual)
-    W = weight.shape[-1] if weight.dim() > 0 else 1  # > int32: an error when the call is built
+    # W beyond int32 is an error when the call is built (Call); S is bounded here, before
+    # the final state is allocated with it.
     if state_len is None:
         if initial_state is not None and initial_state.dim() == 3:
-            state_len = check_state_len(where, "initial_state", initial_state.shape[-1], None)
+            state_len = initial_state.shape[-1]
+            if state_len > INT32_MAX:
+                check_state_len(where, "initial_state", state_len, None)  # raises
         else:
-            state_len = W
+            state_len = weight.shape[-1] if weight.dim() > 0 else 1
     else:
-        state_len = check_state_len(where, "state_len", state_len, W)
+        state_len = check_state_len(where, "state_len", state_len,
+                                    weight.shape[-1] if weight.dim() > 0 else 1)
     if output_final_state is not True and output_final_state is not False:
         output_final_state = check_flag(where, "output_final_state", output_final_state)
 
@@ -171,20 +179,22 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
     if cache is None:
         raise ValueError("shortconv.causal_conv1d_update: cache: required ([N, D, S] or a pool "
                          "[P, D, S] with cache_indices)")
-    check_tensor(where, "x", x, "[N, D] or [N, T, D]")
-    check_tensor(where, "cache", cache, "[N, D, S] or a pool [P, D, S]")
-    check_tensor(where, "weight", weight, "[D, W]")
-    if bias is not None:
-        check_tensor(where, "bias", bias, "[D] or None")
-    if residual is not None:
-        check_tensor(where, "residual", residual, "like x, or None")
-        if residual.shape != x.shape:
-            raise invalid(where, "residual: expected x's shape %s, got %s"
-                          % (list(x.shape), list(residual.shape)))
-    if cache_indices is not None:
-        check_tensor(where, "cache_indices", cache_indices, "[N] (int32/int64) or None")
-    if cu_seqlens is not None:
-        check_tensor(where, "cu_seqlens", cu_seqlens, "[N+1] (int32/int64) or None")
+    if (not isinstance(x, _Tensor) or not isinstance(cache, _Tensor)
+            or not isinstance(weight, _Tensor) or x.is_nested or cache.is_nested
+            or weight.is_nested or (bias is not None and not isinstance(bias, _Tensor))
+            or (residual is not None and (not isinstance(residual, _Tensor)
+                                          or residual.is_nested))
+            or (cache_indices is not None and not isinstance(cache_indices, _Tensor))
+            or (cu_seqlens is not None and not isinstance(cu_seqlens, _Tensor))):
+        check_tensors(where, (
+            ("x", x, "[N, D] or [N, T, D]"), ("cache", cache, "[N, D, S] or a pool [P, D, S]"),
+            ("weight", weight, "[D, W]"), ("bias", bias, "[D] or None"),
+            ("residual", residual, "like x, or None"),
+            ("cache_indices", cache_indices, "[N] (int32/int64) or None"),
+            ("cu_seqlens", cu_seqlens, "[N+1] (int32/int64) or None")))
+    if residual is not None and residual.shape != x.shape:
+        raise invalid(where, "residual: expected x's shape %s, got %s"
+                      % (list(x.shape), list(residual.shape)))
     if x.dim() == 0:
         raise invalid(where, "x: expected [N, D], [N, T, D] or packed [1, total, D], got a "
                              "0-dim tensor")
