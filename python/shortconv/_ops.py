@@ -8,14 +8,16 @@ caching allocator, so CUDA-graph capture works).
 On torch >= 2.4 they are registered as custom ops
     torch.ops.shortconv.causal_conv1d_fwd / causal_conv1d_bwd / causal_conv1d_update
 with fake (meta) implementations and autograd, so torch.compile(fullgraph=True)
-traces them with no graph break.  Both paths differentiate the backward too
-(a double backward, e.g. a gradient penalty): its VJP is built from forward
-and backward calls (_double_backward.py), so every order is exact.  In eager mode the public functions call the
+traces them with no graph break.  In eager mode the public functions call the
 same implementations through a torch.autograd.Function instead (the custom-op
 dispatch costs tens of µs of Python per call, which would dominate small
 calls); set SHORTCONV_EAGER_CUSTOM_OP=1 to route eager calls through the custom
 ops too.  On torch < 2.4 (or SHORTCONV_DISABLE_CUSTOM_OP=1) only the
 autograd.Function exists.
+
+Both paths differentiate the backward too (a double backward, e.g. a gradient
+penalty): its VJP is built from forward and backward calls of the same path
+(_double_backward.py), so the two agree and every order is exact.
 
 Absent outputs cross the custom-op boundary as empty tensors (a schema cannot
 return None); the public functions turn them back into None.

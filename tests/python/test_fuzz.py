@@ -84,7 +84,8 @@ def draw_layout(d, allow_expand=True):
 
 def snapshot(values):
     return {k: v.detach().clone() for k, v in values.items()
-            if isinstance(v, torch.Tensor) and v.device.type != "meta" and v.layout == torch.strided}
+            if isinstance(v, torch.Tensor) and v.device.type != "meta"
+            and v.layout == torch.strided}
 
 
 def assert_unchanged(values, before):
