@@ -344,7 +344,8 @@ class Call:
         return t
 
     def set_out(self, field, t, codes=FLOAT_CODES):
-        """Describe an output we allocated ourselves on the right device."""
+        """Describe an output we allocated ourselves on the right device, or a tensor
+        set() has already checked for another field."""
         nd = t.dim()
         _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), codes[t.dtype], nd,
                          *t.shape, *t.stride())

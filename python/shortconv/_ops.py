@@ -136,10 +136,10 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
     if cu_seqlens is not None:
         c.set("cu_seqlens", cu_seqlens, INDEX_CODES)
     c.set("final_state", cache, output=True)
-    c.set("initial_state", cache)
+    c.set_out("initial_state", cache)  # checked just above
     if cache_indices is not None:
         c.set("initial_state_indices", cache_indices, INDEX_CODES)
-        c.set("final_state_indices", cache_indices, INDEX_CODES)
+        c.set_out("final_state_indices", cache_indices, INDEX_CODES)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     c.set_out("y", y)
     c.run_forward()
