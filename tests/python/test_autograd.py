@@ -236,6 +236,7 @@ def test_third_order(path):
 
 
 @pytest.mark.skipif(not hasattr(torch.autograd, "forward_ad"), reason="forward AD missing")
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch's own, from its forward AD code
 def test_forward_mode_ad_raises_instead_of_dropping_tangents(path):
     fwAD = torch.autograd.forward_ad
     p = make_problem(B=2, T=4, D=3, W=3, seed=134)
