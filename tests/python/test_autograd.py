@@ -172,7 +172,7 @@ def test_gradgradcheck(cfg, path):
 
 
 def _penalty(conv, x, w, b, h0, cu, activation):
-    """The issue's gradient penalty: ||dL/dx||^2 + ||dL/dh0||^2 with L = sum(y^2) + sum(ht)."""
+    """A gradient penalty: ||dL/dx||^2 + ||dL/dh0||^2 with L = sum(y^2) + sum(ht)."""
     y, ht = conv(x, w, b, initial_state=h0, output_final_state=True, activation=activation,
                  cu_seqlens=cu)
     gx, gh0 = torch.autograd.grad((y * y).sum() + ht.sum(), [x, h0], create_graph=True)

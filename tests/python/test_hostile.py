@@ -136,7 +136,7 @@ def path(request, monkeypatch):
 
 
 def test_decode_into_a_saved_initial_state_fails_loudly(path):
-    # The repro: h0 needs no grad, but the backward reads it.
+    # h0 needs no grad, but the backward reads it: writing it must invalidate the graph.
     torch.manual_seed(301)
     x = torch.randn(2, 5, 8, requires_grad=True)
     w = torch.randn(8, 4, requires_grad=True)
