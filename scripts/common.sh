@@ -32,10 +32,10 @@ ensure_venv() {
     mkdir -p "$(dirname "$VENV")"
     python3 -m venv "$VENV"
   fi
-  if ! "$VENV/bin/python" -c "import torch, numpy, pytest, scikit_build_core" >/dev/null 2>&1; then
-    log "pip install torch numpy pytest scikit-build-core ninja into $VENV"
+  if ! "$VENV/bin/python" -c "import torch, numpy, pytest, hypothesis, scikit_build_core" >/dev/null 2>&1; then
+    log "pip install torch numpy pytest hypothesis scikit-build-core ninja into $VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q torch numpy pytest scikit-build-core ninja
+    "$VENV/bin/python" -m pip install -q torch numpy pytest hypothesis scikit-build-core ninja
   fi
 }
 

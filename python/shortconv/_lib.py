@@ -58,6 +58,34 @@ class ShortConvError(ValueError):
         self.status = status
 
 
+INT32_MAX = 2**31 - 1
+
+
+def type_name(v):
+    """'list', 'numpy.ndarray', ...: how error messages name a wrong Python type."""
+    t = type(v)
+    mod = t.__module__.split(".")[0]
+    return t.__name__ if mod == "builtins" else "%s.%s" % (mod, t.__name__)
+
+
+def invalid(where, message):
+    """A ShortConvError worded like the library's own (status SC_ERR_INVALID_ARGUMENT)."""
+    return ShortConvError("%s: invalid argument: %s" % (where, message))
+
+
+def int32_error(where, width, state_len, activation):
+    """The error for scalars the C ABI's int32 fields cannot hold (struct.error)."""
+    named = (("weight: width W = weight.shape[-1]", width),
+             ("state_len: state length S", state_len), ("activation", activation))
+    for name, v in named:
+        if not isinstance(v, int) or isinstance(v, bool):
+            return TypeError("%s: %s: expected an int, got %s" % (where, name, type_name(v)))
+        if not -INT32_MAX - 1 <= v <= INT32_MAX:
+            return invalid(where, "%s = %d exceeds the C ABI's int32 (at most %d)"
+                           % (name, v, INT32_MAX))
+    return invalid(where, "scalar arguments out of range")
+
+
 # ---- the struct layout, mirrored once to get offsets -------------------------
 _MAX_DIMS = 4
 
@@ -196,6 +224,12 @@ def has_backend(backend):
 
 
 # ---- building one call ----------------------------------------------------------
+_TorchTensor = torch.Tensor
+_Parameter = torch.nn.Parameter
+_STRIDED = torch.strided
+_PLAIN_DISPATCH = getattr(torch.Tensor, "__torch_dispatch__", None)
+
+
 if hasattr(torch._C, "_cuda_getCurrentRawStream"):
     _raw_stream = torch._C._cuda_getCurrentRawStream  # (device index) -> cudaStream_t as int
 else:  # pragma: no cover - very old torch
@@ -219,7 +253,7 @@ class Call:
     device's stream).
     """
 
-    __slots__ = ("buf", "base", "device", "cuda_index", "where", "rename")
+    __slots__ = ("buf", "base", "device", "cuda_index", "where", "rename", "keep")
 
     def __init__(self, where, x, width, state_len, activation, rename=None):
         self.buf = buf = _Buf.from_buffer_copy(_TEMPLATE)
@@ -227,7 +261,11 @@ class Call:
         self.device = x.device
         self.where = where
         self.rename = rename
-        _SCALARS_PACK(buf, _SCALARS_OFF, width, state_len, activation)
+        self.keep = None
+        try:
+            _SCALARS_PACK(buf, _SCALARS_OFF, width, state_len, activation)
+        except struct.error:
+            raise int32_error(where, width, state_len, activation) from None
         if x.is_cuda:
             self.cuda_index = index = x.get_device()
             _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CUDA, 0, 0, 0, _raw_stream(index))
@@ -243,8 +281,15 @@ class Call:
             return self.rename.get(field, field)
         return field
 
-    def set(self, field, t, codes=FLOAT_CODES):
-        """Describe tensor ``t`` (present) in ``field``: its own shape and strides."""
+    def set(self, field, t, codes=FLOAT_CODES, output=False):
+        """Describe tensor ``t`` (present) in ``field``: its own shape and strides.
+
+        ``output``: the library writes ``t`` (the decode cache), so its memory
+        must hold exactly its values (no lazily negated view to resolve).
+        """
+        tt = type(t)
+        if (tt is not _TorchTensor and tt is not _Parameter) or t.is_neg():
+            t = self._resolve(field, t, output)
         if t.device != self.device:
             raise ValueError("%s: %s is on %s but x is on %s; every tensor must be on x's device"
                              % (self.where, self.name(field), t.device, self.device))
@@ -257,10 +302,50 @@ class Call:
         if nd < 1 or nd > _MAX_DIMS:
             raise ValueError("%s: %s has %d dims; expected 1 to %d"
                              % (self.where, self.name(field), nd, _MAX_DIMS))
-        _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), code, nd, *t.shape, *t.stride())
+        try:
+            _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), code, nd, *t.shape, *t.stride())
+        except (RuntimeError, NotImplementedError) as e:
+            # Tensors without strided storage (sparse, mkldnn, nested, functorch-batched,
+            # ...) refuse data_ptr / shape / stride: their memory is not their values.
+            self._resolve(field, t, output)  # names the layout when that is the reason
+            raise TypeError("%s: %s: expected a dense strided tensor whose memory holds its "
+                            "values; this one has none shortconv can read (%s)"
+                            % (self.where, self.name(field), str(e).split("\n")[0])) from None
+
+    def _resolve(self, field, t, output):
+        """The uncommon cases of set(): subclasses, non-strided layouts, lazy views.
+
+        The library reads and writes raw memory, so every flag that changes what
+        the memory of ``t`` means is either resolved (inputs: a copy holding the
+        values, kept alive until the call ends) or rejected.
+        """
+        name = self.name(field)
+        if not isinstance(t, _TorchTensor):
+            raise TypeError("%s: %s: expected a torch.Tensor, got %s"
+                            % (self.where, name, type_name(t)))
+        if getattr(type(t), "__torch_dispatch__", _PLAIN_DISPATCH) is not _PLAIN_DISPATCH:
+            raise TypeError(
+                "%s: %s is a %s, a tensor subclass with __torch_dispatch__ whose memory is not "
+                "its values; shortconv reads memory directly: pass a plain torch.Tensor"
+                % (self.where, name, type(t).__name__))
+        if t.layout is not _STRIDED:
+            raise TypeError("%s: %s has layout %s; expected a dense strided tensor (torch.strided)"
+                            % (self.where, name, t.layout))
+        if t.is_neg() or t.is_conj():
+            if output:
+                raise TypeError(
+                    "%s: %s is a lazily %s view (its memory holds other values) and cannot be "
+                    "updated in place; pass a tensor with its own memory (e.g. .resolve_neg())"
+                    % (self.where, name, "negated" if t.is_neg() else "conjugated"))
+            t = t.resolve_neg().resolve_conj()
+            if self.keep is None:
+                self.keep = []
+            self.keep.append(t)  # its memory must outlive the call
+        return t
 
     def set_out(self, field, t, codes=FLOAT_CODES):
-        """Describe an output we allocated ourselves on the right device."""
+        """Describe an output we allocated ourselves on the right device, or a tensor
+        set() has already checked for another field."""
         nd = t.dim()
         _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), codes[t.dtype], nd,
                          *t.shape, *t.stride())

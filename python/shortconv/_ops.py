@@ -15,6 +15,10 @@ calls); set SHORTCONV_EAGER_CUSTOM_OP=1 to route eager calls through the custom
 ops too.  On torch < 2.4 (or SHORTCONV_DISABLE_CUSTOM_OP=1) only the
 autograd.Function exists.
 
+Both paths differentiate the backward too (a double backward, e.g. a gradient
+penalty): its VJP is built from forward and backward calls of the same path
+(_double_backward.py), so the two agree and every order is exact.
+
 Absent outputs cross the custom-op boundary as empty tensors (a schema cannot
 return None); the public functions turn them back into None.
 """
@@ -23,6 +27,7 @@ import os
 
 import torch
 
+from ._double_backward import backward_vjp
 from ._lib import ACT_NONE, ACT_SILU, INDEX_CODES, Call
 
 # Argument names of the decode entry point, for the library's messages.
@@ -36,11 +41,12 @@ _CACHE_NAMES = {
 _ACTIVATIONS = {None: ACT_NONE, "identity": ACT_NONE, "silu": ACT_SILU, "swish": ACT_SILU}
 
 
-def activation_code(activation):
+def activation_code(activation, where="shortconv"):
     try:
         return _ACTIVATIONS[activation]
     except (KeyError, TypeError):
-        raise ValueError("activation: expected None, 'silu' or 'swish', got %r" % (activation,))
+        raise ValueError("%s: activation: expected None, 'silu' or 'swish', got %r"
+                         % (where, activation)) from None
 
 
 def _num_seqs(x, cu_seqlens):
@@ -129,11 +135,11 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
         c.set("residual", residual)
     if cu_seqlens is not None:
         c.set("cu_seqlens", cu_seqlens, INDEX_CODES)
-    c.set("initial_state", cache)
-    c.set("final_state", cache)
+    c.set("final_state", cache, output=True)
+    c.set_out("initial_state", cache)  # checked just above
     if cache_indices is not None:
         c.set("initial_state_indices", cache_indices, INDEX_CODES)
-        c.set("final_state_indices", cache_indices, INDEX_CODES)
+        c.set_out("final_state_indices", cache_indices, INDEX_CODES)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     c.set_out("y", y)
     c.run_forward()
@@ -151,8 +157,35 @@ def _backward_grads(ctx, dy, dht):
     return x, weight, bias, initial_state, cu_seqlens, dy, dht, need
 
 
+def _fwd_eager(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
+               output_final_state):
+    """The forward as a differentiable call while autograd records (a double backward)."""
+    if torch.is_grad_enabled():
+        return CausalConv1dFunction.apply(x, weight, bias, residual, initial_state, cu_seqlens,
+                                          state_len, activation, output_final_state)
+    return forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len,
+                        activation, output_final_state)
+
+
+def _bwd_eager(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation,
+               need_dx, need_dweight, need_dbias, need_dinitial_state):
+    """The backward; differentiable (CausalConv1dBackward) when autograd records, i.e.
+    inside a backward with create_graph=True."""
+    if torch.is_grad_enabled():
+        return CausalConv1dBackward.apply(x, weight, bias, initial_state, cu_seqlens, dy, dht,
+                                          state_len, activation, need_dx, need_dweight,
+                                          need_dbias, need_dinitial_state)
+    return backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len,
+                         activation, need_dx, need_dweight, need_dbias, need_dinitial_state)
+
+
 class CausalConv1dFunction(torch.autograd.Function):
-    """Eager autograd (every torch version): forward_impl / backward_impl."""
+    """Eager autograd (every torch version): forward_impl / backward_impl.
+
+    Differentiable to any order: the backward is CausalConv1dBackward when
+    autograd records it (create_graph=True), whose own backward is built from
+    these two Functions (_double_backward.py).
+    """
 
     @staticmethod
     def forward(ctx, x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
@@ -171,13 +204,37 @@ class CausalConv1dFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, dht):
         x, weight, bias, h0, cu, dy, dht, need = _backward_grads(ctx, dy, dht)
-        dx, dw, db, dh0 = backward_impl(
+        dx, dw, db, dh0 = _bwd_eager(
             x, weight, bias, h0, cu, dy, dht, ctx.state_len, ctx.activation,
             need[0], need[1], need[2] and bias is not None, need[4] and h0 is not None)
         dres = None
         if ctx.has_residual and need[3]:  # dresidual = dy
             dres = dy if dy is not None else torch.zeros_like(x)
         return dx, dw, db, dres, dh0, None, None, None, None
+
+
+class CausalConv1dBackward(torch.autograd.Function):
+    """The backward as a differentiable function of (x, weight, bias, initial_state, dy, dht)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation,
+                need_dx, need_dweight, need_dbias, need_dinitial_state):
+        grads = backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len,
+                              activation, need_dx, need_dweight, need_dbias, need_dinitial_state)
+        ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens, dy, dht)
+        ctx.state_len = state_len
+        ctx.activation = activation
+        ctx.computed = tuple(g is not None for g in grads)
+        ctx.set_materialize_grads(False)
+        return grads
+
+    @staticmethod
+    def backward(ctx, gdx, gdw, gdb, gdh0):
+        n = ctx.needs_input_grad
+        g = backward_vjp(_fwd_eager, _bwd_eager, ctx.saved_tensors, ctx.state_len,
+                         ctx.activation, ctx.computed, (n[0], n[1], n[2], n[3], n[5], n[6]),
+                         (gdx, gdw, gdb, gdh0))
+        return g[0], g[1], g[2], g[3], None, g[4], g[5], None, None, None, None, None, None
 
 
 # ---- custom ops (torch >= 2.4) -----------------------------------------------------
@@ -280,6 +337,42 @@ if HAS_CUSTOM_OPS:
 
     torch.library.register_autograd("shortconv::causal_conv1d_fwd", _fwd_backward,
                                     setup_context=_fwd_setup_context)
+
+    # The backward op is differentiable too (a double backward), through the
+    # same VJP as the eager path, built from the two ops.
+    def _fwd_op_call(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
+                     output_final_state):
+        y, ht = torch.ops.shortconv.causal_conv1d_fwd(x, weight, bias, residual, initial_state,
+                                                      cu_seqlens, state_len, activation,
+                                                      output_final_state)
+        return y, (ht if output_final_state else None)
+
+    def _bwd_op_call(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation,
+                     need_dx, need_dweight, need_dbias, need_dinitial_state):
+        grads = torch.ops.shortconv.causal_conv1d_bwd(
+            x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation, need_dx,
+            need_dweight, need_dbias, need_dinitial_state)
+        computed = (need_dx, need_dweight, need_dbias and bias is not None, need_dinitial_state)
+        return tuple(g if c else None for g, c in zip(grads, computed))
+
+    def _bwd_setup_context(ctx, inputs, output):
+        (x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation, need_dx,
+         need_dweight, need_dbias, need_dinitial_state) = inputs
+        ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens, dy, dht)
+        ctx.state_len = state_len
+        ctx.activation = activation
+        ctx.computed = (need_dx, need_dweight, need_dbias and bias is not None,
+                        need_dinitial_state)
+
+    def _bwd_backward(ctx, gdx, gdw, gdb, gdh0):
+        n = ctx.needs_input_grad
+        g = backward_vjp(_fwd_op_call, _bwd_op_call, ctx.saved_tensors, ctx.state_len,
+                         ctx.activation, ctx.computed, (n[0], n[1], n[2], n[3], n[5], n[6]),
+                         (gdx, gdw, gdb, gdh0))
+        return (g[0], g[1], g[2], g[3], None, g[4], g[5]) + (None,) * 6
+
+    torch.library.register_autograd("shortconv::causal_conv1d_bwd", _bwd_backward,
+                                    setup_context=_bwd_setup_context)
 
     @torch.library.custom_op(
         "shortconv::causal_conv1d_update", mutates_args=("cache",),

@@ -14,11 +14,28 @@ Conventions (docs/semantics.md is the law):
 import torch
 
 from . import _ops
+from ._args import check_flag, check_state_len, check_tensors
+from ._lib import INT32_MAX, invalid
 from ._ops import activation_code
 
 __all__ = ["causal_conv1d", "causal_conv1d_update"]
 
+# Forward-mode AD: inside a dual level the call goes through the autograd.Function,
+# which has no jvp, so torch raises its standard error instead of the tangents
+# being dropped (by the direct path, or by the custom op, which has no jvp rule).
+_forward_ad = getattr(torch.autograd, "forward_ad", None)
+if getattr(_forward_ad, "_current_level", None) is None:
+    class _forward_ad:  # noqa: N801  (no forward AD in this torch)
+        _current_level = -1
+
+_Tensor = torch.Tensor
 _increment_version = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
+if _increment_version is None:  # torch < 2.1
+    def _increment_version(t):
+        # An in-place op on an empty view bumps the version counter t shares
+        # with its base and every other view, and touches no memory.
+        with torch.no_grad():
+            t[:0].zero_()
 
 
 def _flatten_heads(t):
@@ -63,13 +80,28 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
             rank's shard and the call is shortconv.distributed.causal_conv1d.
 
     Differentiable in x, weight, bias, residual, initial_state, and through
-    final_state.  Every tensor must be on x's device.
+    final_state, to any order: the backward is itself a short convolution, so
+    gradient penalties (create_graph=True) get exact second derivatives in both
+    the eager and the torch.compile paths.  Every tensor must be on x's device.
+    Tensors must be dense strided; a lazily negated view is read as its values
+    (a copy), sparse / nested / __torch_dispatch__ tensors are a TypeError.
     """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError("shortconv.causal_conv1d: x: expected a torch.Tensor, got %s"
-                        % type(x).__name__)
+    where = "shortconv.causal_conv1d"
     if weight is None:
         raise ValueError("shortconv.causal_conv1d: weight: required ([D, W])")
+    # Tensors (not nested ones where .shape is read below), tested inline: this runs on
+    # every call.  Anything else takes check_tensors, which names the argument.
+    if (not isinstance(x, _Tensor) or not isinstance(weight, _Tensor) or x.is_nested
+            or weight.is_nested or (bias is not None and not isinstance(bias, _Tensor))
+            or (residual is not None and not isinstance(residual, _Tensor))
+            or (initial_state is not None and (not isinstance(initial_state, _Tensor)
+                                               or initial_state.is_nested))
+            or (cu_seqlens is not None and not isinstance(cu_seqlens, _Tensor))):
+        check_tensors(where, (
+            ("x", x, "[B, T, D]"), ("weight", weight, "[D, W]"), ("bias", bias, "[D] or None"),
+            ("residual", residual, "like x, or None"),
+            ("initial_state", initial_state, "[N, D, S] or None"),
+            ("cu_seqlens", cu_seqlens, "[N+1] (int32/int64) or None")))
     if seq_idx is not None:
         raise NotImplementedError(
             "shortconv.causal_conv1d: seq_idx is not supported; describe packed sequences with "
@@ -81,25 +113,35 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
         from .distributed import _from_cp_context
         return _from_cp_context(x, weight, bias, residual, initial_state, output_final_state,
                                 activation, cu_seqlens, state_len, cp_context)
-    act = activation_code(activation)
+    act = activation_code(activation, where)
     shape = x.shape
     x = _flatten_heads(x)
     if residual is not None:
         residual = _flatten_heads(residual)
+    # W beyond int32 is an error when the call is built (Call); S is bounded here, before
+    # the final state is allocated with it.
     if state_len is None:
         if initial_state is not None and initial_state.dim() == 3:
             state_len = initial_state.shape[-1]
+            if state_len > INT32_MAX:
+                check_state_len(where, "initial_state", state_len, None)  # raises
         else:
             state_len = weight.shape[-1] if weight.dim() > 0 else 1
-    output_final_state = bool(output_final_state)
+    else:
+        state_len = check_state_len(where, "state_len", state_len,
+                                    weight.shape[-1] if weight.dim() > 0 else 1)
+    if output_final_state is not True and output_final_state is not False:
+        output_final_state = check_flag(where, "output_final_state", output_final_state)
 
-    if _ops.use_custom_op():
+    forward_ad = _forward_ad._current_level >= 0
+    if _ops.use_custom_op() and not forward_ad:
         y, final_state = torch.ops.shortconv.causal_conv1d_fwd(
             x, weight, bias, residual, initial_state, cu_seqlens, state_len, act,
             output_final_state)
         if not output_final_state:
             final_state = None
-    elif torch.is_grad_enabled() and _needs_grad(x, weight, bias, residual, initial_state):
+    elif forward_ad or (torch.is_grad_enabled()
+                        and _needs_grad(x, weight, bias, residual, initial_state)):
         y, final_state = _ops.CausalConv1dFunction.apply(
             x, weight, bias, residual, initial_state, cu_seqlens, state_len, act,
             output_final_state)
@@ -125,22 +167,41 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             (one token for each of N sequences) is recognised when cache has N
             rows, no cache_indices and no cu_seqlens are given.
         cache: [N, D, S] states, or a pool [P, D, S] with cache_indices; any
-            S >= W-1 (FLA: W, causal-conv1d: W-1).  Read, then overwritten in place.
+            S >= W-1 (FLA: W, causal-conv1d: W-1).  Read, then overwritten in place
+            (its version counter is bumped like any in-place op's, so a backward
+            through a graph that saved it raises instead of using the new values).
         weight: [D, W].  bias: [D], optional.  residual: like x, optional.
         activation: None, 'silu' or 'swish'.
         cache_indices: [N] int32/int64 pool rows; -1 = padding (zero state read,
             nothing written).
         cu_seqlens: [N+1] offsets of a packed x.
     """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError("shortconv.causal_conv1d_update: x: expected a torch.Tensor, got %s"
-                        % type(x).__name__)
+    where = "shortconv.causal_conv1d_update"
     if weight is None:
         raise ValueError("shortconv.causal_conv1d_update: weight: required ([D, W])")
     if cache is None:
         raise ValueError("shortconv.causal_conv1d_update: cache: required ([N, D, S] or a pool "
                          "[P, D, S] with cache_indices)")
-    act = activation_code(activation)
+    if (not isinstance(x, _Tensor) or not isinstance(cache, _Tensor)
+            or not isinstance(weight, _Tensor) or x.is_nested or cache.is_nested
+            or weight.is_nested or (bias is not None and not isinstance(bias, _Tensor))
+            or (residual is not None and (not isinstance(residual, _Tensor)
+                                          or residual.is_nested))
+            or (cache_indices is not None and not isinstance(cache_indices, _Tensor))
+            or (cu_seqlens is not None and not isinstance(cu_seqlens, _Tensor))):
+        check_tensors(where, (
+            ("x", x, "[N, D] or [N, T, D]"), ("cache", cache, "[N, D, S] or a pool [P, D, S]"),
+            ("weight", weight, "[D, W]"), ("bias", bias, "[D] or None"),
+            ("residual", residual, "like x, or None"),
+            ("cache_indices", cache_indices, "[N] (int32/int64) or None"),
+            ("cu_seqlens", cu_seqlens, "[N+1] (int32/int64) or None")))
+    if residual is not None and residual.shape != x.shape:
+        raise invalid(where, "residual: expected x's shape %s, got %s"
+                      % (list(x.shape), list(residual.shape)))
+    if x.dim() == 0:
+        raise invalid(where, "x: expected [N, D], [N, T, D] or packed [1, total, D], got a "
+                             "0-dim tensor")
+    act = activation_code(activation, where)
     shape = x.shape
     D = weight.shape[0] if weight.dim() > 0 else 0
     if x.shape[-1] != D:
@@ -167,9 +228,10 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
     else:
         with torch.no_grad():
             y = _ops.update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act)
-        # The library wrote cache behind autograd's back: bump its version so a
-        # later backward through an older use of cache fails loudly, as after
-        # any in-place op (torch >= 2.1; nothing to bump on older torch).
-        if _increment_version is not None and cache.requires_grad:
+        # The library wrote cache behind autograd's back: bump its version, as
+        # every in-place op does, so a backward through a graph that saved
+        # cache (e.g. as an initial_state) fails loudly instead of using the
+        # new values.  Inference tensors have no version counter.
+        if not cache.is_inference():
             _increment_version(cache)
     return y.view(shape), cache

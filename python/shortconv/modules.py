@@ -5,6 +5,8 @@ import warnings
 import torch
 import torch.nn as nn
 
+from ._args import check_flag, check_tensor
+from ._lib import invalid
 from .functional import causal_conv1d, causal_conv1d_update
 
 __all__ = ["ShortConvolution"]
@@ -55,11 +57,26 @@ class ShortConvolution(nn.Conv1d):
 
     def forward(self, x, residual=None, mask=None, cache=None, output_final_state=False,
                 cu_seqlens=None, chunk_indices=None, **kwargs):
+        where = "shortconv.ShortConvolution"
+        check_tensor(where, "x", x, "[B, T, D]")
+        if x.dim() < 2:
+            raise invalid(where, "x: expected [B, T, D] or packed [1, total, D], got shape %s"
+                          % list(x.shape))
+        if cache is not None:
+            check_tensor(where, "cache", cache, "[N, D, S] or None")
+        if cu_seqlens is not None:
+            check_tensor(where, "cu_seqlens", cu_seqlens, "[N+1] (int32/int64) or None")
+            if cu_seqlens.dim() != 1:
+                raise invalid(where, "cu_seqlens: expected 1 dims, got %d" % cu_seqlens.dim())
         B, T = x.shape[0], x.shape[1]
         N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
         if mask is not None:
             if cu_seqlens is not None:
                 raise ValueError("mask and cu_seqlens cannot be given together")
+            check_tensor(where, "mask", mask, "[B, T] or None")
+            if mask.shape != x.shape[:2]:
+                raise invalid(where, "mask: expected shape [B, T] = %s, got %s"
+                              % (list(x.shape[:2]), list(mask.shape)))
             x = x * mask.unsqueeze(-1).to(x.dtype)
         if not torch.is_grad_enabled() and B * T == N:
             return self.step(x, residual, cache, output_final_state, cu_seqlens)
@@ -69,7 +86,13 @@ class ShortConvolution(nn.Conv1d):
 
     def step(self, x, residual, cache, output_final_state=False, cu_seqlens=None):
         """One token for each of N sequences; cache updated in place."""
+        where = "shortconv.ShortConvolution.step"
+        check_tensor(where, "x", x, "[N, D] or [N, 1, D]")
+        if cu_seqlens is not None:
+            check_tensor(where, "cu_seqlens", cu_seqlens, "[N+1] (int32/int64) or None")
         D, W = self.hidden_size, self.kernel_size[0]
+        if output_final_state is not True and output_final_state is not False:
+            output_final_state = check_flag(where, "output_final_state", output_final_state)
         N = x.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
         if cache is None:
             cache = x.new_zeros(N, D, W)
