@@ -178,6 +178,9 @@ SC_API int32_t sc_has_backend(int32_t backend); /* 1 if compiled in */
 /* "cpu", "cuda", "ref" for the backends this ABI knows (compiled in or not),
  * NULL for any other id; the known ids are 0, 1, 2, ... without gaps. */
 SC_API const char* sc_backend_name(int32_t backend);
+/* "identity", "silu" for the activations of this library, NULL for any other
+ * value; the known values are 0, 1, ... without gaps. */
+SC_API const char* sc_activation_name(int32_t activation);
 
 #ifdef __cplusplus
 } /* extern "C" */

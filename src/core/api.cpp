@@ -2,6 +2,7 @@
 #include <cstring>
 #include <exception>
 
+#include "core/activation.hpp"
 #include "core/backend.hpp"
 #include "core/problem.hpp"
 
@@ -106,6 +107,8 @@ int32_t sc_has_backend(int32_t backend) {
   const Backend* be = find_backend(backend);
   return be && be->compiled ? 1 : 0;
 }
+
+const char* sc_activation_name(int32_t activation) { return activation_name(activation); }
 
 const char* sc_backend_name(int32_t backend) {
   const Backend* be = find_backend(backend);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/activation.hpp"
 #include "core/backend.hpp"
 #include "core/dtype.hpp"
 #include "core/problem.hpp"
@@ -346,9 +347,13 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
   if (a->width < 1 || a->width > SC_MAX_WIDTH)
     return fail(err, SC_ERR_INVALID_ARGUMENT,
                 "width: expected 1 <= W <= %d (SC_MAX_WIDTH), got %d", SC_MAX_WIDTH, a->width);
-  if (a->activation != SC_ACT_NONE && a->activation != SC_ACT_SILU)
-    return fail(err, SC_ERR_INVALID_ARGUMENT,
-                "activation: expected 0 (identity) or 1 (silu), got %d", a->activation);
+  if (!activation_name(a->activation)) {
+    std::string known;
+    for (int id = 0; id < Activations::kCount; ++id)
+      known += (id ? ", " : "") + std::to_string(id) + " (" + activation_name(id) + ")";
+    return fail(err, SC_ERR_INVALID_ARGUMENT, "activation: expected one of %s, got %d",
+                known.c_str(), a->activation);
+  }
   const int W = a->width;
 
   // ---- x and the batch structure -------------------------------------------

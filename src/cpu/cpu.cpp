@@ -65,9 +65,9 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
   c.part = part;
   c.scr = pl.ws_scratch ? ws + pl.off_scr : nullptr;
 
-  const int wclass = W <= 4 ? W : 0;
-  const int silu = p.act == SC_ACT_SILU;
-  const TileFn tile_fn = p.dir == Dir::fwd ? K.fwd[slot][silu][wclass] : K.bwd[slot][silu][wclass];
+  const int wclass = W <= kMaxWClass ? W : 0;
+  const int act = int(p.act);  // a listed activation id (validated)
+  const TileFn tile_fn = p.dir == Dir::fwd ? K.fwd[slot][act][wclass] : K.bwd[slot][act][wclass];
   const bool run_tiles = pl.run_tiles;
 
   // Waking a team costs more than a tiny call's work (decode steps): below

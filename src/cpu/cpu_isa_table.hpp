@@ -28,18 +28,8 @@ const Kernels& kernels_scalar();
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
 
-// The kernel table of the ISA namespace it is expanded in.
-#define SC_ROW(F, XT, SILU) \
-  { &F<OpsF, 0, XT, SILU>, &F<OpsF, 1, XT, SILU>, &F<OpsF, 2, XT, SILU>, &F<OpsF, 3, XT, SILU>, &F<OpsF, 4, XT, SILU> }
-#define SC_ROWD(F, SILU) \
-  { &F<OpsD, 0, double, SILU>, &F<OpsD, 1, double, SILU>, &F<OpsD, 2, double, SILU>, &F<OpsD, 3, double, SILU>, &F<OpsD, 4, double, SILU> }
-#define SC_DIR(F)                                                                \
-  {                                                                              \
-    {SC_ROW(F, float, false), SC_ROW(F, float, true)},                           \
-        {SC_ROW(F, f16_t, false), SC_ROW(F, f16_t, true)},                       \
-        {SC_ROW(F, bf16_t, false), SC_ROW(F, bf16_t, true)}, {SC_ROWD(F, false), SC_ROWD(F, true) } \
-  }
-#define SC_TABLE(NAME) \
-  constexpr Kernels table{NAME, {OpsF::L, OpsF::L, OpsF::L, OpsD::L}, SC_DIR(fwd_tile), SC_DIR(bwd_tile)};
+// SC_TABLE(name): the kernel table of the ISA namespace it is expanded in
+// (make_table, at the end of cpu_kernels.hpp).
+
 
 }  // namespace shortconv::cpu

@@ -89,7 +89,7 @@ inline void fill_x_ring(const Ctx& c, int64_t n, int64_t tb, int64_t d0, int64_t
   }
 }
 
-template <class O, int WT, class XT, bool SILU>
+template <class O, int WT, class XT, class Act>
 void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int64_t d1,
                typename O::A* ring) {
   using V = typename O::V;
@@ -130,7 +130,7 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
         acc = O::fma(O::load(wv + k * L), O::load(rv + ring_slot(base, k, W) * L), acc);
       acc = O::fma(O::load(wv + (W - 1) * L), xv, acc);
       O::store(rv + cur * L, xv);
-      V out = SILU ? silu<O>(acc) : acc;
+      V out = Act::template value<O>(acc);
       if constexpr (decltype(full)::value) {
         if (rr) out = out + O::load_x(rr + j);
         O::store_x(yr + j, out);
@@ -154,7 +154,7 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
   });
 }
 
-template <class O, int WT, class XT, bool SILU>
+template <class O, int WT, class XT, class Act>
 void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int64_t d0,
                int64_t d1, typename O::A* part, typename O::A* ring) {
   using V = typename O::V;
@@ -237,7 +237,7 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
         for (int k = 0; k < W; ++k) acc = O::fma(wk(k), uk(k), acc);
         V gy;
         if constexpr (F) gy = O::load_x(gr + j); else gy = load_lanes<O>(gr + j * gsd, gsd, nl);
-        dp = SILU ? gy * silu_grad<O>(acc) : gy;
+        dp = Act::template dgrad<O>(gy, acc);
       }
       A* gv = rv + W * L;  // dpre slots
       O::store(gv + cur * L, dp);
@@ -301,8 +301,13 @@ struct Rings {
   }
 };
 
-template <class O, int WT, class XT, bool SILU>
+// The CPU evaluates every activation on the unscaled pre-activation.
+template <class O, class Act>
+constexpr bool unscaled() { return Act::template scale<O>() == 1.f; }
+
+template <class O, int WT, class XT, class Act>
 void fwd_tile(const Ctx& c, int64_t tile) {
+  static_assert(unscaled<O, Act>(), "the CPU kernels do not pre-scale weights");
   const Plan& pl = *c.plan;
   const Problem& p = *c.p;
   const int64_t chunk = tile / pl.n_dtiles, dt = tile % pl.n_dtiles;
@@ -310,12 +315,13 @@ void fwd_tile(const Ctx& c, int64_t tile) {
   Rings<typename O::A> rings;
   typename O::A* ring = rings.get(c, tile);
   for_each_piece(p, pl, chunk, [&](int64_t n, int64_t tb, int64_t te, int64_t) {
-    fwd_piece<O, WT, XT, SILU>(c, n, tb, te, d0, d1, ring);
+    fwd_piece<O, WT, XT, Act>(c, n, tb, te, d0, d1, ring);
   });
 }
 
-template <class O, int WT, class XT, bool SILU>
+template <class O, int WT, class XT, class Act>
 void bwd_tile(const Ctx& c, int64_t tile) {
+  static_assert(unscaled<O, Act>(), "the CPU kernels do not pre-scale weights");
   using A = typename O::A;
   const Plan& pl = *c.plan;
   const Problem& p = *c.p;
@@ -329,6 +335,39 @@ void bwd_tile(const Ctx& c, int64_t tile) {
   Rings<A> rings;
   A* ring = rings.get(c, tile);
   for_each_piece(p, pl, chunk, [&](int64_t n, int64_t tb, int64_t te, int64_t Ln) {
-    bwd_piece<O, WT, XT, SILU>(c, n, tb, te, Ln, d0, d1, part, ring);
+    bwd_piece<O, WT, XT, Act>(c, n, tb, te, Ln, d0, d1, part, ring);
   });
 }
+
+// The kernel table of the ISA namespace it is expanded in: every (dtype slot,
+// activation of core/activation.hpp's list, W class) gets its tile kernels.
+template <class O, class XT, class Act>
+constexpr void fill_row(Kernels& k, int slot) {
+  constexpr int a = int(Act::kId);
+  k.fwd[slot][a][0] = &fwd_tile<O, 0, XT, Act>;
+  k.fwd[slot][a][1] = &fwd_tile<O, 1, XT, Act>;
+  k.fwd[slot][a][2] = &fwd_tile<O, 2, XT, Act>;
+  k.fwd[slot][a][3] = &fwd_tile<O, 3, XT, Act>;
+  k.fwd[slot][a][4] = &fwd_tile<O, 4, XT, Act>;
+  k.bwd[slot][a][0] = &bwd_tile<O, 0, XT, Act>;
+  k.bwd[slot][a][1] = &bwd_tile<O, 1, XT, Act>;
+  k.bwd[slot][a][2] = &bwd_tile<O, 2, XT, Act>;
+  k.bwd[slot][a][3] = &bwd_tile<O, 3, XT, Act>;
+  k.bwd[slot][a][4] = &bwd_tile<O, 4, XT, Act>;
+}
+template <class... Act>
+constexpr Kernels make_table(const char* name, ActList<Act...>) {
+  static_assert(kMaxWClass == 4, "fill_row lists W classes 0..4");
+  Kernels k{};
+  k.isa = name;
+  k.lanes[0] = k.lanes[1] = k.lanes[2] = OpsF::L;
+  k.lanes[3] = OpsD::L;
+  (fill_row<OpsF, float, Act>(k, 0), ...);
+  (fill_row<OpsF, f16_t, Act>(k, 1), ...);
+  (fill_row<OpsF, bf16_t, Act>(k, 2), ...);
+  (fill_row<OpsD, double, Act>(k, 3), ...);
+  return k;
+}
+#ifndef SC_TABLE
+#define SC_TABLE(NAME) constexpr Kernels table = make_table(NAME, Activations{});
+#endif

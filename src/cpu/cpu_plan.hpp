@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/activation.hpp"
 #include "core/checked.hpp"
 #include "core/dtype.hpp"
 #include "core/problem.hpp"
@@ -168,12 +169,13 @@ inline void for_each_piece(const Problem& p, const Plan& pl, int64_t c, F&& f) {
 // Kernel entry points, one table per ISA (cpu_isa.cpp).  A tile kernel
 // processes tile `tile` = chunk * n_dtiles + d-tile completely.
 using TileFn = void (*)(const Ctx& c, int64_t tile);
+constexpr int kMaxWClass = 4;  // W 1..4 get register-window kernels, other W the generic one
 struct Kernels {
   const char* isa;
   int lanes[4];  // vector lanes per dtype slot: the packed layouts' vector width
-  // [dtype f32=0, f16=1, bf16=2, f64=3][silu][W class: 0 generic, 1..4]
-  TileFn fwd[4][2][5];
-  TileFn bwd[4][2][5];
+  // [dtype f32=0, f16=1, bf16=2, f64=3][activation id][W class: 0 generic, 1..kMaxWClass]
+  TileFn fwd[4][Activations::kCount][kMaxWClass + 1];
+  TileFn bwd[4][Activations::kCount][kMaxWClass + 1];
 };
 enum class Isa { scalar = 0, avx2 = 1, avx512 = 2 };
 const Kernels& kernels(Isa isa);

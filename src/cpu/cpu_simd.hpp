@@ -35,6 +35,11 @@ struct OpsF {
 
   static V zero() { return V{}; }
   static V set1(float a) { return V{} + a; }
+  // the math interface of core/activation.hpp
+  static constexpr bool kTanhForm = false;
+  static V one() { return set1(1.f); }
+  static V div(V a, V b) { return a / b; }
+  static V tanh(V h) { return h; }  // (unused: kTanhForm is false)
   static V load(const float* p) { V v; std::memcpy(&v, p, sizeof v); return v; }
   static void store(float* p, V v) { std::memcpy(p, &v, sizeof v); }
   static V fma(V a, V b, V c) {
@@ -157,6 +162,10 @@ struct OpsD {
   static constexpr int L = 2;
   static V zero() { return V{}; }
   static V set1(double a) { return V{} + a; }
+  static constexpr bool kTanhForm = false;  // the math interface of core/activation.hpp
+  static V one() { return set1(1.0); }
+  static V div(V a, V b) { return a / b; }
+  static V tanh(V h) { return h; }
   static V load(const double* p) { V v; std::memcpy(&v, p, sizeof v); return v; }
   static void store(double* p, V v) { std::memcpy(p, &v, sizeof v); }
   static V fma(V a, V b, V c) { return a * b + c; }
@@ -205,12 +214,3 @@ inline void store_state_lanes(const View& v, int64_t row, int64_t d, int64_t j, 
   for (int i = 0; i < n; ++i) store_f64(v.data, v.dtype, v.off(row, d + i, j), double(t[i]));
 }
 
-// silu(z) = z * sigmoid(z) = z / (1 + e^-z); its derivative
-// sigmoid(z) * (1 + z * (1 - sigmoid(z))).
-template <class O>
-inline typename O::V silu(typename O::V z) { return z / (O::set1(1) + O::exp(-z)); }
-template <class O>
-inline typename O::V silu_grad(typename O::V z) {
-  const typename O::V s = O::set1(1) / (O::set1(1) + O::exp(-z));
-  return s * O::fma(z, O::set1(1) - s, O::set1(1));
-}

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/activation.hpp"
 #include "core/backend.hpp"
 #include "core/dtype.hpp"
 
@@ -14,15 +15,21 @@ namespace shortconv::ref {
 
 namespace {
 
-double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+// The activations' math in plain double arithmetic (core/activation.hpp).
+struct RefMath {
+  using V = double;
+  static constexpr bool kTanhForm = false;
+  static double one() { return 1.0; }
+  static double exp(double x) { return std::exp(x); }
+  static double div(double a, double b) { return a / b; }
+  static double fma(double a, double b, double c) { return a * b + c; }
+  static double tanh(double h) { return std::tanh(h); }
+};
 
-double act(sc_activation a, double z) { return a == SC_ACT_SILU ? z * sigmoid(z) : z; }
+double act(sc_activation a, double z) { return RuntimeAct<RefMath>{int(a)}.value(z); }
 
-double act_grad(sc_activation a, double z) {
-  if (a != SC_ACT_SILU) return 1.0;
-  const double s = sigmoid(z);
-  return s * (1.0 + z * (1.0 - s));
-}
+// act'(z): dgrad with dy = 1 (RefMath's scale is 1 for every activation).
+double act_grad(sc_activation a, double z) { return RuntimeAct<RefMath>{int(a)}.dgrad(1.0, z); }
 
 double get(const View& v, int64_t i0, int64_t i1 = 0, int64_t i2 = 0) {
   return load_f64(v.data, v.dtype, v.off(i0, i1, i2));
