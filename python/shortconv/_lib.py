@@ -193,6 +193,25 @@ _lib.sc_version_string.argtypes = []
 _lib.sc_version_string.restype = ctypes.c_char_p
 _lib.sc_has_backend.argtypes = [ctypes.c_int32]
 _lib.sc_has_backend.restype = ctypes.c_int32
+for _name in ("sc_backend_name", "sc_activation_name"):
+    getattr(_lib, _name).argtypes = [ctypes.c_int32]
+    getattr(_lib, _name).restype = ctypes.c_char_p
+
+
+def _names(fn):
+    """{name: id} of the ids 0, 1, ... the library names (the list ends at NULL)."""
+    out, i = {}, 0
+    while True:
+        name = fn(i)
+        if name is None:
+            return out
+        out[name.decode()] = i
+        i += 1
+
+
+# The library's own lists (src/core/backend.cpp, src/core/activation.hpp).
+BACKENDS = _names(_lib.sc_backend_name)        # {"cpu": 0, "cuda": 1, "ref": 2}
+ACTIVATIONS = _names(_lib.sc_activation_name)  # {"identity": 0, "silu": 1}
 
 _sc_forward = _lib.sc_forward
 _sc_backward = _lib.sc_backward
@@ -217,9 +236,13 @@ def version():
 
 
 def has_backend(backend):
-    """True if the backend (0 cpu, 1 cuda, 2 ref, or the names) is compiled in."""
+    """True if the backend (an id or one of the library's names: "cpu", "cuda",
+    "ref") is compiled in."""
     if isinstance(backend, str):
-        backend = {"cpu": SC_BACKEND_CPU, "cuda": SC_BACKEND_CUDA, "ref": SC_BACKEND_REF}[backend]
+        if backend not in BACKENDS:
+            raise ValueError("has_backend: expected one of %s, got %r"
+                             % (", ".join(sorted(BACKENDS)), backend))
+        backend = BACKENDS[backend]
     return bool(_lib.sc_has_backend(backend))
 
 

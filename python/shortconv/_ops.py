@@ -28,7 +28,7 @@ import os
 import torch
 
 from ._double_backward import backward_vjp
-from ._lib import ACT_NONE, ACT_SILU, INDEX_CODES, Call
+from ._lib import ACT_NONE, ACT_SILU, ACTIVATIONS, INDEX_CODES, Call
 
 # Argument names of the decode entry point, for the library's messages.
 _CACHE_NAMES = {
@@ -38,15 +38,22 @@ _CACHE_NAMES = {
     "final_state": "cache",
 }
 
-_ACTIVATIONS = {None: ACT_NONE, "identity": ACT_NONE, "silu": ACT_SILU, "swish": ACT_SILU}
+# The library's activation names, None for identity, and the aliases models use.
+_ALIASES = {"swish": "silu"}
+_ACTIVATIONS = dict(ACTIVATIONS)
+_ACTIVATIONS.update({alias: ACTIVATIONS[name] for alias, name in _ALIASES.items()
+                     if name in ACTIVATIONS})
+_ACTIVATIONS[None] = ACTIVATIONS["identity"]
+_NAMES = [repr(k) for k in _ACTIVATIONS if k is not None]
+_EXPECTED = "None, " + ", ".join(_NAMES[:-1]) + " or " + _NAMES[-1]
 
 
 def activation_code(activation, where="shortconv"):
     try:
         return _ACTIVATIONS[activation]
     except (KeyError, TypeError):
-        raise ValueError("%s: activation: expected None, 'silu' or 'swish', got %r"
-                         % (where, activation)) from None
+        raise ValueError("%s: activation: expected %s, got %r"
+                         % (where, _EXPECTED, activation)) from None
 
 
 def _num_seqs(x, cu_seqlens):

@@ -337,7 +337,8 @@ def _describe_call(loc, x, B, call):
     D = x.shape[-1]
     act = _act_or_none(activation)
     if act is None:
-        loc.fail(ValueError, "activation: expected None, 'silu' or 'swish', got %r" % (activation,))
+        loc.fail(ValueError, "activation: expected None, 'identity', 'silu' or 'swish', got %r"
+                 % (activation,))
         act = -1
     W = 1
     if _check_tensor(loc, "weight", weight, (2,), x):

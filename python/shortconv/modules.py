@@ -7,6 +7,7 @@ import torch.nn as nn
 
 from ._args import check_flag, check_tensor
 from ._lib import invalid
+from ._ops import activation_code
 from .functional import causal_conv1d, causal_conv1d_update
 
 __all__ = ["ShortConvolution"]
@@ -33,8 +34,7 @@ class ShortConvolution(nn.Conv1d):
                          kernel_size=kernel_size, groups=hidden_size, bias=bias,
                          padding=kernel_size - 1, device=device, dtype=dtype)
         self.hidden_size = hidden_size
-        if activation not in (None, "silu", "swish"):
-            raise ValueError("activation: expected None, 'silu' or 'swish', got %r" % (activation,))
+        activation_code(activation, "ShortConvolution")  # raises for an unknown name
         self.activation = activation
         if "use_fast_conv1d" in kwargs:
             warnings.warn("use_fast_conv1d is deprecated and ignored", stacklevel=2)

@@ -21,8 +21,9 @@ def _conv(u, weight, bias, activation, W, S):
     pre = F.conv1d(u[:, :, S - (W - 1):], weight.unsqueeze(1), bias, groups=D)  # [N, D, L]
     if activation in ("silu", "swish"):
         pre = F.silu(pre)
-    elif activation is not None:
-        raise ValueError("activation: expected None, 'silu' or 'swish', got %r" % (activation,))
+    elif activation not in (None, "identity"):
+        raise ValueError("activation: expected None, 'identity', 'silu' or 'swish', got %r"
+                         % (activation,))
     return pre
 
 

@@ -64,7 +64,7 @@ def test_different_devices():
 
 def test_bad_activation_and_missing_weight():
     p = make_problem(B=1, T=3, D=2, W=2, seed=65)
-    with pytest.raises(ValueError, match=r"activation: expected None, 'silu' or 'swish', got 'relu'"):
+    with pytest.raises(ValueError, match=r"activation: expected None, 'identity', 'silu' or 'swish', got 'relu'"):
         shortconv.causal_conv1d(p["x"], p["weight"], activation="relu")
     with pytest.raises(ValueError, match=r"weight: required"):
         shortconv.causal_conv1d(p["x"])
@@ -203,7 +203,7 @@ def test_output_final_state_accepts_0_1_and_numpy_bools():
 @pytest.mark.parametrize("value", ["relu", 1, True, [], "SILU"])
 def test_activation_values(value):
     p = make_problem(B=1, T=3, D=2, W=2, seed=71)
-    msg = r"activation: expected None, 'silu' or 'swish', got "
+    msg = r"activation: expected None, 'identity', 'silu' or 'swish', got "
     with pytest.raises(ValueError, match=r"shortconv.causal_conv1d: " + msg):
         shortconv.causal_conv1d(p["x"], p["weight"], activation=value)
     with pytest.raises(ValueError, match=r"shortconv.causal_conv1d_update: " + msg):
