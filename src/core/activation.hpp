@@ -35,10 +35,15 @@
 
 #include "shortconv/shortconv.h"
 
+// Host code inlines the policies always: the CPU kernels call them with SIMD
+// vector types from functions compiled for a wider instruction set
+// (cpu_isa_*.cpp), and an out-of-line call would cross ABIs.
 #if defined(__CUDACC__)
 #define SC_HD __host__ __device__ __forceinline__
+#define SC_HD_CONSTEXPR __host__ __device__ constexpr
 #else
-#define SC_HD inline
+#define SC_HD inline __attribute__((always_inline))
+#define SC_HD_CONSTEXPR constexpr
 #endif
 
 namespace shortconv {
@@ -48,7 +53,7 @@ struct Identity {
   static constexpr sc_activation kId = SC_ACT_NONE;
   static constexpr const char* kName = "identity";
   template <class M>
-  static constexpr float scale() { return 1.f; }
+  SC_HD_CONSTEXPR static float scale() { return 1.f; }
   template <class M, class V>
   SC_HD static V value(V p) { return p; }
   template <class M, class V>
@@ -62,7 +67,7 @@ struct Silu {
   static constexpr sc_activation kId = SC_ACT_SILU;
   static constexpr const char* kName = "silu";
   template <class M>
-  static constexpr float scale() { return M::kTanhForm ? 0.5f : 1.f; }
+  SC_HD_CONSTEXPR static float scale() { return M::kTanhForm ? 0.5f : 1.f; }
   template <class M, class V>
   SC_HD static V value(V p) {
     if constexpr (M::kTanhForm) {
@@ -155,7 +160,7 @@ struct FixedAct {
   SC_HD V value(V p) const { return P::template value<M>(p); }
   template <class V>
   SC_HD V dgrad(V dy, V p) const { return P::template dgrad<M>(dy, p); }
-  SC_HD static constexpr float scale() { return P::template scale<M>(); }
+  SC_HD_CONSTEXPR static float scale() { return P::template scale<M>(); }
 };
 
 }  // namespace shortconv

@@ -24,14 +24,16 @@
 //   recomputing dpre for the first W-1 tokens (zero-length sequences included).
 // - reduce_parts<A>: one thread per (channel, tap) sums the partial rows in
 //   index order and rounds once into dweight / dbias: deterministic.
+#include "cuda/activation.cuh"
 #include "cuda/common.cuh"
-#include "cuda/plan.hpp"
+#include "cuda/dispatch.cuh"
+#include "cuda/traits.hpp"
 
 namespace shortconv::cuda {
 
 namespace {
 
-constexpr int kUnroll = 4;  // t' steps whose loads are issued together
+constexpr int kUnroll = TmTraits::kUnroll;  // t' steps whose loads are issued together
 
 // part[(row * D + d) * (W+1) + k]: k < W dweight partial, k == W dbias partial.
 template <class A>
@@ -43,15 +45,24 @@ __device__ __forceinline__ A* part_at(const Args& a, int64_t row, int64_t d) {
 // in the forward (wp[k] = weight[k - kpad], taps k < kpad predicated off).
 // With padding, dx[t] = sum_m wp[m] * dpre[t + H - m], so dx of token t'-H is
 // complete once dpre(t') is known: the stream runs t' in [t, e + H).
+//
+// Weights and bias are scaled by the activation's scale on load (0.5 for the
+// tanh forms of 16-bit activations), so the tap sum is p = scale * pre and the
+// dpre kept in dh / summed into the partials is g = dpre / scale (the
+// activation policy's dgrad): dx = sum of (scale w)(dpre / scale) is
+// unchanged, and the partials are multiplied by scale once at the end.
 template <class T, int WMAX, int CH>
 struct TmBwd {
   using A = acc_t<T>;
   using P = Pack<T, CH>;
+  using M = MathOf<T>;
   static constexpr int H = WMAX - 1;
-  static constexpr bool kFast = sizeof(T) == 2;  // one-MUFU sigmoid (common.cuh)
+  static constexpr bool kHalf = sizeof(T) == 2;
 
-  int kpad, act;
-  bool want_dx, want_dw;
+  int kpad;
+  RuntimeAct<M> act;
+  bool has_dy;  // false: dy absent, no dpre term anywhere (semantics §2)
+  bool want_dw;
   A wp[WMAX][CH];
   A bs[CH];
   A sl[H][CH];      // sl[i] = u(t' - H + i)
@@ -60,45 +71,42 @@ struct TmBwd {
   A db[CH];
 
   // One t': dpre(t') (zero when !in_seq), partials when OWN, and the conv part
-  // of dx(t' - H) into dxo.
+  // of dx(t' - H) into dxo.  `skip`: the newest taps m < skip read dpre rows
+  // past the sequence's end, which do not exist: they are not formed (a NaN or
+  // infinite weight must not meet the zero held for them).
   //
-  // FULL (16-bit vector kernels, W == WMAX, SiLU, dx and dweight/dbias wanted,
-  // compile-time: no pad predicates, no activation select, no want_* tests):
-  // weights and bias are pre-scaled by 0.5, so the tap sum is h = pre/2 and the
-  // dpre kept in dh / summed into the partials is 2*dpre = dy (1 + v) with
-  // v = t + h (1 - t^2), t = tanh(h) (common.cuh dsilu_half); dx = sum of
-  // (w/2) (2 dpre) is unchanged and the partials are halved once at the end
-  // (scalings by 2 are exact).
+  // FULL (16-bit vector kernels, W == WMAX, SiLU, dy, dx and dweight/dbias
+  // wanted, compile-time: no pad predicates, no activation select, no want_*
+  // tests); the arithmetic is the generic instance's for those inputs.
   template <bool OWN, bool FULL = false>
-  __device__ __forceinline__ void step(const P& xv, const P& gv, bool in_seq, A (&dxo)[CH]) {
+  __device__ __forceinline__ void step(const P& xv, const P& gv, bool in_seq, int skip,
+                                       A (&dxo)[CH]) {
+    const bool dy_terms = FULL || has_dy;
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
       A cur = A(0), dp = A(0);
       if (in_seq) {
         cur = xv.get(c);
-        A pre = bs[c];  // same order as the forward (FULL: pre/2)
+        if (dy_terms) {
+          A pre = bs[c];  // same order as the forward (scaled: p = scale * pre)
 #pragma unroll
-        for (int k = 0; k < H; ++k)
-          if (FULL || k >= kpad) pre = fma(wp[k][c], sl[k][c], pre);
-        pre = fma(wp[H][c], cur, pre);
-        if constexpr (FULL) {
-          const A g = gv.get(c);
-          dp = fmaf(g, dsilu_v(pre), g);  // 2 dpre
-        } else {
-          dp = gv.get(c) * act_grad<A, kFast>(act, pre);
+          for (int k = 0; k < H; ++k)
+            if (FULL || k >= kpad) pre = fma(wp[k][c], sl[k][c], pre);
+          pre = fma(wp[H][c], cur, pre);
+          dp = FULL ? FixedAct<M, Silu>().dgrad(gv.get(c), pre) : act.dgrad(gv.get(c), pre);
         }
       }
-      if (OWN && (FULL || want_dw)) {
+      if (OWN && (FULL || (want_dw && has_dy))) {
         db[c] += dp;
         dwp[H][c] = fma(dp, cur, dwp[H][c]);
 #pragma unroll
         for (int m = 0; m < H; ++m)
           if (FULL || m >= kpad) dwp[m][c] = fma(dp, sl[m][c], dwp[m][c]);
       }
-      A v = (FULL || kpad == 0) ? wp[0][c] * dp : A(0);
+      A v = ((FULL || kpad == 0) && skip == 0 && dy_terms) ? wp[0][c] * dp : A(0);
 #pragma unroll
       for (int m = 1; m <= H; ++m)
-        if (FULL || m >= kpad) v = fma(wp[m][c], dh[H - m][c], v);
+        if ((FULL || m >= kpad) && m >= skip && dy_terms) v = fma(wp[m][c], dh[H - m][c], v);
       dxo[c] = v;
 #pragma unroll
       for (int i = 0; i + 1 < H; ++i) {
@@ -145,7 +153,9 @@ struct TmBwd {
       const P xv = in_seq ? ldp<T, CH>(xp + tp * sx) : zero;
       const P gv = (in_seq && gp) ? ldp<T, CH>(gp + tp * sg) : zero;
       A dxo[CH];
-      if (tp < e) step<true, FULL>(xv, gv, in_seq, dxo); else step<false, FULL>(xv, gv, in_seq, dxo);
+      const int skip = tp < send ? 0 : int(tp - send + 1 < WMAX ? tp - send + 1 : WMAX);
+      if (tp < e) step<true, FULL>(xv, gv, in_seq, skip, dxo);
+      else step<false, FULL>(xv, gv, in_seq, skip, dxo);
       const int64_t tout = tp - H;
       if (!dp || tout < t) return;
       A out[CH];
@@ -184,7 +194,7 @@ struct TmBwd {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         A dxo[CH];
-        step<true, FULL>(xv[u], gv[u], true, dxo);
+        step<true, FULL>(xv[u], gv[u], true, 0, dxo);
         if (FULL || dp) {
           stp<T, CH>(dp + (tp + u - H) * sd, P::make(dxo));
         }
@@ -194,23 +204,8 @@ struct TmBwd {
   }
 };
 
-// The sequences' segments of tile [tb, te) (batch row b when dense).
-template <bool FULL, class K>
-__device__ __forceinline__ void bwd_tm_tiles(const Args& a, K& k, int64_t b, int64_t d0,
-                                             int64_t tb, int64_t te) {
-  int64_t n = a.packed ? find_seq(a, tb) : b;
-  for (int64_t t = tb; t < te && n < a.N; ++n) {
-    const Seq q = seq_of(a, n);
-    const int64_t send = q.s + q.L;
-    const int64_t e = send < te ? send : te;
-    if (e <= t) continue;
-    k.template segment<FULL>(a, q, n, d0, t, e);
-    t = e;
-  }
-}
-
 template <class T, int WMAX, int CH>
-__global__ void __launch_bounds__(Policy::kThreads, 2) bwd_tm(const Args a) {
+__global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm) bwd_tm(const Args a) {
   using A = acc_t<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
@@ -218,49 +213,48 @@ __global__ void __launch_bounds__(Policy::kThreads, 2) bwd_tm(const Args a) {
   const bool active = tile < a.ntiles && d0 < a.D;
   TmBwd<T, WMAX, CH> k;
   k.kpad = WMAX - a.W;
-  k.act = a.act;
-  k.want_dx = a.dx.p != nullptr;
+  k.act.id = a.act;
+  k.has_dy = a.dy.p != nullptr;
   k.want_dw = a.dweight.p != nullptr || a.dbias.p != nullptr;
+  const A scale = A(k.act.scale());  // exact: 1, or 0.5 for the tanh forms
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
     const int64_t d = d0 + c;
     const bool in = active && d < a.D;
 #pragma unroll
     for (int j = 0; j < WMAX; ++j) {
-      k.wp[j][c] = (in && j >= k.kpad) ? ld<A>(a.weight.p, a.weight.dt,
-                                               d * a.weight.s0 + (j - k.kpad) * a.weight.s1)
+      k.wp[j][c] = (in && j >= k.kpad) ? scale * ld<A>(a.weight.p, a.weight.dt,
+                                                       d * a.weight.s0 + (j - k.kpad) * a.weight.s1)
                                        : A(0);
       k.dwp[j][c] = A(0);
     }
-    k.bs[c] = (in && a.bias.p) ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+    k.bs[c] = (in && a.bias.p) ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
     k.db[c] = A(0);
   }
   if (active) {
     int64_t b, tb, te;
     tile_range(a, tile, &b, &tb, &te);
     bool full = false;
-    if constexpr (CH > 1 && TmBwd<T, WMAX, CH>::kFast) {  // the FULL instance (step())
+    if constexpr (CH > 1 && TmBwd<T, WMAX, CH>::kHalf) {  // the FULL instance (step())
       // (Short tiles keep the generic instance: the FULL one measured slower
       // on them, its warm-up / look-ahead steps spill.)
       full = a.W == WMAX && a.act == SC_ACT_SILU && a.dx.p && a.dy.p && k.want_dw &&
-             a.tile_t >= Policy::kBwdFullMinTileT;
-      if (full) {
-#pragma unroll
-        for (int c = 0; c < CH; ++c) {
-#pragma unroll
-          for (int j = 0; j < WMAX; ++j) k.wp[j][c] *= A(0.5);
-          k.bs[c] *= A(0.5);
-        }
-        bwd_tm_tiles<true>(a, k, b, d0, tb, te);
-#pragma unroll
-        for (int c = 0; c < CH; ++c) {  // partials of 2 dpre -> of dpre (exact)
-#pragma unroll
-          for (int j = 0; j < WMAX; ++j) k.dwp[j][c] *= A(0.5);
-          k.db[c] *= A(0.5);
-        }
-      }
+             a.tile_t >= TmTraits::kBwdFullMinTileT;
+      if (full)
+        for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
+          k.template segment<true>(a, q, n, d0, t, e);
+        });
     }
-    if (!full) bwd_tm_tiles<false>(a, k, b, d0, tb, te);
+    if (!full)
+      for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
+        k.template segment<false>(a, q, n, d0, t, e);
+      });
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {  // partials of dpre / scale -> of dpre (exact)
+#pragma unroll
+      for (int j = 0; j < WMAX; ++j) k.dwp[j][c] *= scale;
+      k.db[c] *= scale;
+    }
   }
   if (!k.want_dw) return;  // uniform over the grid
   // Block reduction over the ty tiles, fixed order, then one partial row.
@@ -289,9 +283,9 @@ __global__ void __launch_bounds__(Policy::kThreads, 2) bwd_tm(const Args a) {
 // ---- channel-major ---------------------------------------------------------------
 
 template <class T, int WMAX>
-__global__ void __launch_bounds__(Policy::kThreads) bwd_cm(const Args a) {
+__global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm) bwd_cm(const Args a) {
   using A = acc_t<T>;
-  constexpr int VEC = 16 / sizeof(T);
+  constexpr int VEC = CmTraits::vec(sizeof(T));
   constexpr int H = WMAX - 1;
   const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t wid = gid >> 5;
@@ -300,15 +294,19 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_cm(const Args a) {
   const int64_t row = wid / a.tiles_per_row, tile = wid - row * a.tiles_per_row;
   const int64_t b = row / a.D, d = row - b * a.D;
   const int W = a.W;
+  // No dy: no dpre term anywhere (semantics §2): dweight = dbias = 0, dx = the dht terms.
+  const bool has_dy = a.dy.p != nullptr;
   const bool want_dw = a.dweight.p || a.dbias.p;
+  const RuntimeAct<MathOf<T>> act{a.act};
+  const A scale = A(act.scale());  // p = scale * pre; dp = dpre / scale (see TmBwd)
   A wr[WMAX], dwr[WMAX], db = A(0);
 #pragma unroll
   for (int j = 0; j < WMAX; ++j) {
-    wr[j] = j < W ? ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (W - 1 - j) * a.weight.s1)
+    wr[j] = j < W ? scale * ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (W - 1 - j) * a.weight.s1)
                   : A(0);
     dwr[j] = A(0);
   }
-  const A bs = a.bias.p ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+  const A bs = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
   const Seq q{b, 0, a.T};
   const int64_t h0row = state_row(a.h0, a.h0_idx, b);
   const T* xr = static_cast<const T*>(a.x.p) + b * a.x.s0 + d * a.x.s2;
@@ -344,16 +342,16 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_cm(const Args a) {
 #pragma unroll
     for (int i = 0; i < VEC + H; ++i) {
       A v = A(0);
-      if (i < VEC + W - 1 && t0 + i < a.T) {
+      if (has_dy && i < VEC + W - 1 && t0 + i < a.T) {
         A pre = bs;  // same order as the forward
 #pragma unroll
         for (int j = WMAX - 1; j >= 0; --j)
           if (j < W) pre = fma(wr[j], u[H + i - j], pre);
-        v = g[i] * act_grad<A, sizeof(T) == 2>(a.act, pre);
+        v = act.dgrad(g[i], pre);
       }
       dp[i] = v;
     }
-    if (want_dw) {
+    if (want_dw && has_dy) {
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         db += dp[i];
@@ -368,8 +366,8 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_cm(const Args a) {
       for (int i = 0; i < VEC; ++i) {
         A v = A(0);
 #pragma unroll
-        for (int m = 0; m < WMAX; ++m)
-          if (m < W) v = fma(wr[m], dp[i + m], v);  // weight[W-1-m] * dpre(t + m)
+        for (int m = 0; m < WMAX; ++m)  // weight[W-1-m] * dpre(t + m), rows inside the sequence
+          if (m < W && has_dy && t0 + i + m < a.T) v = fma(wr[m], dp[i + m], v);
         const int64_t t = t0 + i;
         if (a.dht.p && t >= a.T - a.S)
           v += ld<A>(a.dht.p, a.dht.dt, b * a.dht.s0 + d * a.dht.s1 + (a.S + t - a.T) * a.dht.s2);
@@ -389,8 +387,8 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_cm(const Args a) {
   A* dst = part_at<A>(a, row / a.D * a.tiles_per_row + tile, d);
 #pragma unroll
   for (int j = 0; j < WMAX; ++j)
-    if (j < W) dst[W - 1 - j] = dwr[j];
-  dst[W] = db;
+    if (j < W) dst[W - 1 - j] = scale * dwr[j];
+  dst[W] = scale * db;
 }
 
 // ---- general (W > 16, any strides) ----------------------------------------------
@@ -406,67 +404,67 @@ __device__ __forceinline__ A pre_at(const Args& a, const Seq& q, int64_t h0row, 
   return acc;
 }
 
+// The precise math of accumulation type A (the general path and state_bwd;
+// its scale is 1 for every activation).
+template <class A>
+using MathAcc = std::conditional_t<std::is_same_v<A, double>, MathF64, MathF32>;
+
+// dpre of token t of sequence q (callers skip it when dy is absent).
 template <class A>
 __device__ __forceinline__ A dpre_at(const Args& a, const Seq& q, int64_t h0row, int64_t d,
                                      int64_t t) {
-  if (!a.dy.p) return A(0);
   const A g = ld<A>(a.dy.p, a.dy.dt, q.b * a.dy.s0 + (q.s + t) * a.dy.s1 + d * a.dy.s2);
-  return g * act_grad(a.act, pre_at<A>(a, q, h0row, d, t));
+  return RuntimeAct<MathAcc<A>>{a.act}.dgrad(g, pre_at<A>(a, q, h0row, d, t));
 }
 
-// dpre[(b*T + t) * D + d] for every token.
+// dpre[(b*T + t) * D + d] for every token (launched only when dy is present).
 template <class A>
-__global__ void __launch_bounds__(Policy::kThreads) dpre_general(const Args a) {
+__global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBlocksPerSm)
+    dpre_general(const Args a) {
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (tile >= a.ntiles || d >= a.D) return;
   int64_t b, tb, te;
   tile_range(a, tile, &b, &tb, &te);
-  int64_t n = a.packed ? find_seq(a, tb) : b;
   A* dp = static_cast<A*>(a.dpre);
-  for (int64_t t = tb; t < te && n < a.N; ++n) {
-    const Seq q = seq_of(a, n);
-    const int64_t e = q.s + q.L < te ? q.s + q.L : te;
-    if (e <= t) continue;
+  for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
     const int64_t h0row = state_row(a.h0, a.h0_idx, n);
     for (int64_t tok = t; tok < e; ++tok)
       dp[(q.b * a.T + tok) * a.D + d] = dpre_at<A>(a, q, h0row, d, tok - q.s);
-    t = e;
-  }
+  });
 }
 
+// Per (channel, tile): the dweight / dbias partial row, then dx.  Without dy
+// there is no dpre term: zero partials, dx = the dht terms.
 template <class A>
-__global__ void __launch_bounds__(Policy::kThreads) bwd_general(const Args a) {
+__global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBlocksPerSm)
+    bwd_general(const Args a) {
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (tile >= a.ntiles || d >= a.D) return;
   const bool want_dw = a.dweight.p || a.dbias.p;
+  const bool has_dy = a.dy.p != nullptr;
   int64_t b, tb, te;
   tile_range(a, tile, &b, &tb, &te);
-  const int64_t n0 = a.packed ? find_seq(a, tb) : b;
   const A* dp = static_cast<const A*>(a.dpre);
   A* dst = want_dw ? part_at<A>(a, tile, d) : nullptr;
   // k == W: dbias; k < W: dweight[k]; then dx (k == W+1).
   for (int k = want_dw ? 0 : a.W + 1; k <= a.W + 1; ++k) {
     if (k == a.W + 1 && !a.dx.p) break;
     A acc = A(0);
-    int64_t n = n0;
-    for (int64_t t = tb; t < te && n < a.N; ++n) {
-      const Seq q = seq_of(a, n);
-      const int64_t send = q.s + q.L;
-      const int64_t e = send < te ? send : te;
-      if (e <= t) continue;
+    for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
+      const int64_t send = q.s + q.L, rowoff = q.b * a.T;
       const int64_t h0row = state_row(a.h0, a.h0_idx, n);
       for (int64_t tok = t; tok < e; ++tok) {
-        const int64_t rowoff = q.b * a.T;
         if (k < a.W) {
-          acc = fma(dp[(rowoff + tok) * a.D + d],
-                    load_u<A>(a, q, h0row, d, a.S - (a.W - 1) + (tok - q.s) + k), acc);
+          if (has_dy)
+            acc = fma(dp[(rowoff + tok) * a.D + d],
+                      load_u<A>(a, q, h0row, d, a.S - (a.W - 1) + (tok - q.s) + k), acc);
         } else if (k == a.W) {
-          acc += dp[(rowoff + tok) * a.D + d];
+          if (has_dy) acc += dp[(rowoff + tok) * a.D + d];
         } else {
           A v = A(0);
-          for (int kk = 0; kk < a.W; ++kk) {
+          for (int kk = 0; kk < a.W && has_dy; ++kk) {
             const int64_t src = tok + (a.W - 1) - kk;
             if (src < send)
               v = fma(ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + kk * a.weight.s1),
@@ -477,8 +475,7 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_general(const Args a) {
           st<A>(a.dx.p, a.dx.dt, q.b * a.dx.s0 + tok * a.dx.s1 + d * a.dx.s2, v);
         }
       }
-      t = e;
-    }
+    });
     if (k <= a.W) dst[k] = acc;
   }
 }
@@ -486,15 +483,17 @@ __global__ void __launch_bounds__(Policy::kThreads) bwd_general(const Args a) {
 // ---- initial-state gradient ------------------------------------------------------------
 
 template <class A>
-__global__ void __launch_bounds__(Policy::kSmallThreads) state_bwd(const Args a) {
-  constexpr int kCache = 16;  // dpre of the first tokens kept (W <= 17 never recomputes)
+__global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocksPerSm)
+    state_bwd(const Args a) {
+  constexpr int kCache = SmallTraits::kDpreCache;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= a.N * a.D) return;
   const int64_t n = i / a.D, d = i - n * a.D;
   const Seq q = seq_of(a, n);
   const int64_t h0row = state_row(a.h0, a.h0_idx, n);
   const int64_t off = a.S - (a.W - 1);
-  const int64_t nd = q.L < a.W - 1 ? q.L : a.W - 1;  // tokens whose window reaches h0
+  // tokens whose window reaches h0 (none without dy: no dpre term, semantics §2)
+  const int64_t nd = !a.dy.p ? 0 : q.L < a.W - 1 ? q.L : a.W - 1;
   A cache[kCache];
 #pragma unroll
   for (int t = 0; t < kCache; ++t) cache[t] = (t < nd) ? dpre_at<A>(a, q, h0row, d, t) : A(0);
@@ -517,7 +516,8 @@ __global__ void __launch_bounds__(Policy::kSmallThreads) state_bwd(const Args a)
 // ---- deterministic reduction of the partials ---------------------------------------------
 
 template <class A>
-__global__ void __launch_bounds__(Policy::kSmallThreads) reduce_parts(const Args a, int64_t parts) {
+__global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocksPerSm)
+    reduce_parts(const Args a, int64_t parts) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t K = a.W + 1;
   if (i >= a.D * K) return;
@@ -532,96 +532,65 @@ __global__ void __launch_bounds__(Policy::kSmallThreads) reduce_parts(const Args
   }
 }
 
-// ---- dispatch ------------------------------------------------------------------------------
+// ---- launches -----------------------------------------------------------------------
 
-template <class T, int WMAX>
-cudaError_t launch_tm(const Plan& pl, const Args& a, cudaStream_t s, const char** name) {
-  using A = acc_t<T>;
-  const dim3 block(pl.cx, pl.ty);
-  const dim3 grid(unsigned(ceil_div(pl.ntiles, pl.ty)), unsigned(ceil_div(a.D, int64_t(pl.cx) * pl.ch)));
-  if (pl.path == Path::token_major_vec) {
-    constexpr int CH = tm_ch(sizeof(T), WMAX, true);
-    *name = "bwd_tm(vector)";
-    if constexpr (CH > 1 && !std::is_same_v<T, double>)
-      return launch(bwd_tm<T, WMAX, CH>, grid, block, size_t(pl.cx) * pl.ty * CH * (WMAX + 1) * sizeof(A), s, a);
-    return cudaErrorInvalidValue;  // never planned
-  }
-  *name = "bwd_tm(scalar)";
-  if constexpr (WMAX != 8)
-    return launch(bwd_tm<T, WMAX, 1>, grid, block, size_t(pl.cx) * pl.ty * (WMAX + 1) * sizeof(A), s, a);
-  return cudaErrorInvalidValue;  // never planned (scalar path uses wmax_narrow)
-}
-
+// The main kernel(s) of pl.path for activation type T.
 template <class T>
-cudaError_t launch_typed(const Problem& p, const Plan& pl, const Args& a, cudaStream_t s,
-                         const char** name) {
-  int wm = wmax_for(p.W);
-  if (pl.path == Path::channel_major) {
-    *name = "bwd_cm";
-    const int64_t warps = a.B * a.D * a.tiles_per_row;
-    const dim3 grid(unsigned(ceil_div(warps * 32, Policy::kThreads)));
-    if constexpr (!std::is_same_v<T, double>) {
-      if (wmax_narrow(p.W) == 4) return launch(bwd_cm<T, 4>, grid, Policy::kThreads, 0, s, a);
-      return launch(bwd_cm<T, 16>, grid, Policy::kThreads, 0, s, a);
-    }
-    return cudaErrorInvalidValue;  // never planned for f64
+cudaError_t launch_main(const Plan& pl, const Args& a, bool has_dy, Launch* l) {
+  constexpr bool f64 = std::is_same_v<T, double>;
+  using A = acc_t<T>;
+  bool found = false;
+  cudaError_t e = cudaSuccess;
+  switch (pl.path) {
+    case Path::token_major_vec:
+      found = with_wmax<SC_TM_VEC_WMAX>(pl.wmax, [&](auto wm) {
+        constexpr int CH = tm_vec_channels(sizeof(T), decltype(wm)::value);
+        if constexpr (CH > 1 && !f64) e = l->main("bwd_tm(vector)", bwd_tm<T, decltype(wm)::value, CH>, pl, a);
+        else e = l->no_instance("bwd_tm(vector)");
+      });
+      break;
+    case Path::token_major_scalar:
+      found = with_wmax<SC_NARROW_WMAX>(pl.wmax, [&](auto wm) {
+        e = l->main("bwd_tm(scalar)", bwd_tm<T, decltype(wm)::value, 1>, pl, a);
+      });
+      break;
+    case Path::channel_major:
+      found = with_wmax<SC_NARROW_WMAX>(pl.wmax, [&](auto wm) {
+        if constexpr (!f64) e = l->main("bwd_cm", bwd_cm<T, decltype(wm)::value>, pl, a);
+        else e = l->no_instance("bwd_cm");
+      });
+      break;
+    case Path::general:
+      found = true;
+      if (has_dy) e = l->main("dpre_general", dpre_general<A>, pl, a);
+      if (e == cudaSuccess) e = l->main("bwd_general", bwd_general<A>, pl, a);
+      break;
   }
-  if (pl.path == Path::token_major_scalar) wm = wmax_narrow(p.W);
-  if (wm == 4) return launch_tm<T, 4>(pl, a, s, name);
-  if (wm == 8) return launch_tm<T, 8>(pl, a, s, name);
-  return launch_tm<T, 16>(pl, a, s, name);
+  return found ? e : l->no_instance(path_name(pl.path));
 }
 
+// dweight / dbias from the partial rows, then dh0.
 template <class A>
-cudaError_t launch_rest(const Problem& p, const Plan& pl, const Args& a, cudaStream_t s,
-                        const char** name) {
-  cudaError_t e = cudaSuccess;
+cudaError_t launch_rest(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
   if ((p.dweight || p.dbias) && p.D > 0) {
-    *name = "reduce_parts";
-    const int64_t threads = p.D * (p.W + 1);
-    void* params[] = {const_cast<Args*>(&a), const_cast<int64_t*>(&pl.parts)};
-    e = cudaLaunchKernel(reinterpret_cast<const void*>(reduce_parts<A>),
-                         dim3(unsigned(ceil_div(threads, Policy::kSmallThreads))),
-                         dim3(Policy::kSmallThreads), params, 0, s);
+    const cudaError_t e = l->small("reduce_parts", reduce_parts<A>, p.D * (p.W + 1), a, pl.parts);
     if (e != cudaSuccess) return e;
   }
-  if (p.dh0 && p.N > 0 && p.D > 0 && p.S > 0) {
-    *name = "state_bwd";
-    e = launch(state_bwd<A>, dim3(unsigned(ceil_div(p.N * p.D, Policy::kSmallThreads))),
-               dim3(Policy::kSmallThreads), 0, s, a);
-  }
-  return e;
+  if (p.dh0 && p.N > 0 && p.D > 0 && p.S > 0) return l->small("state_bwd", state_bwd<A>, p.N * p.D, a);
+  return cudaSuccess;
 }
 
 }  // namespace
 
-cudaError_t launch_bwd(const Problem& p, const Plan& pl, const Args& a, cudaStream_t s,
-                       const char** name) {
-  cudaError_t e = cudaSuccess;
-  const bool f64 = p.act_dtype == SC_F64;
-  const bool main = (p.dx || p.dweight || p.dbias) && pl.ntiles > 0 && p.D > 0;
-  if (main) {
-    if (pl.path == Path::general) {
-      const dim3 block(pl.cx, pl.ty);
-      const dim3 grid(unsigned(ceil_div(pl.ntiles, pl.ty)), unsigned(ceil_div(a.D, pl.cx)));
-      *name = "dpre_general";
-      e = f64 ? launch(dpre_general<double>, grid, block, 0, s, a)
-              : launch(dpre_general<float>, grid, block, 0, s, a);
+cudaError_t launch_bwd(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
+  return with_act_type(p.act_dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    if ((p.dx || p.dweight || p.dbias) && pl.ntiles > 0 && p.D > 0) {
+      const cudaError_t e = launch_main<T>(pl, a, bool(p.dy), l);
       if (e != cudaSuccess) return e;
-      *name = "bwd_general";
-      e = f64 ? launch(bwd_general<double>, grid, block, 0, s, a)
-              : launch(bwd_general<float>, grid, block, 0, s, a);
-    } else {
-      switch (p.act_dtype) {
-        case SC_F32: e = launch_typed<float>(p, pl, a, s, name); break;
-        case SC_F16: e = launch_typed<__half>(p, pl, a, s, name); break;
-        case SC_BF16: e = launch_typed<__nv_bfloat16>(p, pl, a, s, name); break;
-        default: e = launch_typed<double>(p, pl, a, s, name); break;
-      }
     }
-    if (e != cudaSuccess) return e;
-  }
-  return f64 ? launch_rest<double>(p, pl, a, s, name) : launch_rest<float>(p, pl, a, s, name);
+    return launch_rest<acc_t<T>>(p, pl, a, l);
+  });
 }
 
 }  // namespace shortconv::cuda

@@ -1,6 +1,7 @@
 // Shared device-side pieces of the CUDA backend: the kernel argument block,
-// dtype conversions, clamped sequence / state-row lookups and the extended
-// sequence u_n = h0_n ++ x_n as a scalar loader.
+// dtype conversions, raw-word vectors, clamped sequence / state-row lookups,
+// the extended sequence u_n = h0_n ++ x_n as a scalar loader and the tile
+// walker.  (Activations: activation.cuh; kernel shapes: traits.hpp.)
 //
 // Every index is 64-bit.  cu_seqlens and state indices live in device memory
 // and are never validated on the host, so every lookup here clamps:
@@ -199,82 +200,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-// ---- activation ----------------------------------------------------------------
-
-// fp32: MUFU ex2 + rcp with flush-to-zero (a few ulp; far below the 1e-5
-// fp32 tolerance).  The IEEE division was a ~15-instruction subroutine per
-// element and the denormal handling of __expf three more.  z -> +inf:
-// 2^(-z log2 e) flushes to 0, sigmoid 1; z -> -inf: rcp(inf) = 0.
-__device__ __forceinline__ float sigm(float z) {
-  float e, r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(z * -1.4426950408889634f));
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.f + e));
-  return r;
-}
-__device__ __forceinline__ double sigm(double z) { return 1.0 / (1.0 + exp(-z)); }
-
-// 16-bit activations: sigmoid(z) = 0.5 + 0.5 tanh(z/2) with one MUFU.TANH
-// (relative error ~5e-4, eight times below the bf16/fp16 output rounding
-// 2^-8 / 2^-11 ... the outputs' tolerance is 1e-2); halves the MUFU work,
-// which bounded the bf16 kernels.  fp32/fp64 keep the accurate forms.
-__device__ __forceinline__ float sigm_fast(float z) {
-  float t;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(0.5f * z));
-  return fmaf(0.5f, t, 0.5f);
-}
-template <bool FAST, class A>
-__device__ __forceinline__ A sigmoid(A z) {
-  if constexpr (FAST && std::is_same_v<A, float>) return sigm_fast(z); else return sigm(z);
-}
-
-// Branch-free in the activation (the sigmoid is computed either way): a
-// per-element branch kept the compiler from interleaving the MUFU chains of
-// neighbouring elements.
-template <class A, bool FAST = false>
-__device__ __forceinline__ A act_fwd(int act, A z) {
-  const A y = z * sigmoid<FAST>(z);
-  return act == SC_ACT_SILU ? y : z;
-}
-// 16-bit activations with SiLU work on h = pre/2: the kernels scale weights
-// and bias by 0.5 on load (exact in fp32 barring subnormals), so the taps sum
-// to h with the same fma chain, and
-//   silu(pre)  = pre * (0.5 + 0.5 tanh(pre/2)) = h + h * tanh(h)        (MUFU + FFMA)
-//   silu'(pre) = s (1 + pre (1 - s)), s = sigmoid(pre)
-//              = 0.5 (1 + t + h (1 - t^2)),  t = tanh(h)                 (MUFU + 3 FFMA)
-// Every path that can write y for a 16-bit dtype uses this form (bitwise
-// identical y across paths and tilings).  fp32/fp64 keep act_fwd/act_grad.
-__device__ __forceinline__ float tanh_fast(float h) {
-  float t;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(h));
-  return t;
-}
-__device__ __forceinline__ float silu_half(float h) { return fmaf(h, tanh_fast(h), h); }
-// v with 2 silu'(2h) = 1 + v, i.e. 2 dpre = dy + dy * v.
-__device__ __forceinline__ float dsilu_v(float h) {
-  const float t = tanh_fast(h);
-  return fmaf(h, fmaf(-t, t, 1.f), t);
-}
-// The factor weights and bias are scaled by: 0.5 for the half-pre SiLU form.
-template <bool HALF>
-__device__ __forceinline__ float pre_scale(int act) {
-  return (HALF && act == SC_ACT_SILU) ? 0.5f : 1.f;
-}
-// y from the accumulated (possibly halved) pre: the half form for 16-bit SiLU.
-template <bool HALF, class A>
-__device__ __forceinline__ A act_out(int act, A acc) {
-  if constexpr (HALF && std::is_same_v<A, float>)
-    return act == SC_ACT_SILU ? silu_half(acc) : acc;
-  else
-    return act_fwd<A>(act, acc);
-}
-
-template <class A, bool FAST = false>
-__device__ __forceinline__ A act_grad(int act, A z) {
-  const A s = sigmoid<FAST>(z);
-  const A g = s * (A(1) + z * (A(1) - s));
-  return act == SC_ACT_SILU ? g : A(1);
-}
-
 // ---- sequences and state rows (clamped) -------------------------------------------
 
 // cu_seqlens[i] clamped into [0, total]; cu[0] is 0 and cu[N] is total by definition.
@@ -331,6 +256,24 @@ __device__ __forceinline__ void tile_range(const Args& a, int64_t tile, int64_t*
   *tb = (tile - row * a.tiles_per_row) * a.tile_t;
   const int64_t e = *tb + a.tile_t;
   *te = e < a.T ? e : a.T;
+}
+
+// The tile walker every tiled kernel uses: calls seg(q, n, t, e) for each
+// sequence n with tokens in tile [tb, te) of batch row b, in order, with
+// [t, e) the part of the tile inside it (a packed tile may span several
+// sequences; zero-length ones are skipped).
+template <class F>
+__device__ __forceinline__ void for_each_segment(const Args& a, int64_t b, int64_t tb, int64_t te,
+                                                 F&& seg) {
+  int64_t n = a.packed ? find_seq(a, tb) : b;
+  for (int64_t t = tb; t < te && n < a.N; ++n) {
+    const Seq q = seq_of(a, n);
+    const int64_t send = q.s + q.L;
+    const int64_t e = send < te ? send : te;
+    if (e <= t) continue;
+    seg(q, n, t, e);
+    t = e;
+  }
 }
 
 }  // namespace shortconv::cuda

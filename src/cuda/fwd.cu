@@ -25,19 +25,21 @@
 //   walking j upward, after the main kernel on the same stream, so with an
 //   aliased (in-place) pool every h0 read (main kernel, and u_n[L+j] with
 //   L+j >= j here) happens before the write of ht[j].
+#include "cuda/activation.cuh"
 #include "cuda/common.cuh"
-#include "cuda/plan.hpp"
+#include "cuda/dispatch.cuh"
+#include "cuda/traits.hpp"
 
 namespace shortconv::cuda {
 
 namespace {
 
 // Tokens per unrolled step of the token-major loop: U independent loads in
-// flight per thread (and the next U prefetched) before the first use.
-constexpr int kUnrollTm = 4;
-// The same for the full-window SiLU instance of the 16-bit vector kernel
-// (fewer live registers there: no pad predicates, no activation select).
-constexpr int kUnrollFull16 = 8;
+// flight per thread (and the next U prefetched) before the first use; the
+// full-window SiLU instance of the 16-bit vector kernel has fewer live
+// registers (no pad predicates, no activation select) and takes twice as many.
+constexpr int kUnrollTm = TmTraits::kUnroll;
+constexpr int kUnrollFull16 = TmTraits::kUnrollFull16;
 
 // Residual handling of a token-major stream: absent / present (compile-time) /
 // decided at run time by a null pointer.
@@ -51,11 +53,13 @@ template <class T, int WMAX, int CH>
 struct TmFwd {
   using A = acc_t<T>;
   using P = Pack<T, CH>;
+  using M = MathOf<T>;
   static constexpr int H = WMAX - 1;  // window registers: sl[i] = u(t - H + i)
-  static constexpr bool kHalf = sizeof(T) == 2;  // half-pre SiLU form (common.cuh)
+  static constexpr bool kHalf = sizeof(T) == 2;
   static_assert(WMAX >= 2, "window of at least one past input");
 
-  int kpad, act;
+  int kpad;
+  RuntimeAct<M> act;
   A wp[WMAX][CH];
   A bs[CH];
   A sl[H][CH];
@@ -73,7 +77,7 @@ struct TmFwd {
       for (int k = 0; k < H; ++k)
         if (FULL || k >= kpad) acc = fma(wp[k][c], sl[k][c], acc);
       acc = fma(wp[H][c], cur, acc);
-      o[c] = act_out<kHalf>(FULL ? int(SC_ACT_SILU) : act, acc);
+      o[c] = FULL ? FixedAct<M, Silu>().value(acc) : act.value(acc);
       if (res) o[c] += rv.get(c);
 #pragma unroll
       for (int i = 0; i + 1 < H; ++i) sl[i][c] = sl[i + 1][c];
@@ -247,31 +251,16 @@ struct TmFwd {
   }
 };
 
-// The sequences' segments of tile [tb, te) (batch row b when dense).
-template <bool FULL, class K>
-__device__ __forceinline__ void fwd_tm_tiles(const Args& a, K& k, int64_t b, int64_t d0,
-                                             int64_t tb, int64_t te) {
-  int64_t n = a.packed ? find_seq(a, tb) : b;
-  for (int64_t t = tb; t < te && n < a.N; ++n) {
-    const Seq q = seq_of(a, n);
-    const int64_t send = q.s + q.L;
-    const int64_t e = send < te ? send : te;
-    if (e <= t) continue;
-    k.template segment<FULL>(a, q, n, d0, t, e);
-    t = e;
-  }
-}
-
 template <class T, int WMAX, int CH>
-__global__ void __launch_bounds__(Policy::kThreads, 2) fwd_tm(const Args a) {
+__global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm) fwd_tm(const Args a) {
   using A = acc_t<T>;
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (tile >= a.ntiles || d0 >= a.D) return;
   TmFwd<T, WMAX, CH> k;
   k.kpad = WMAX - a.W;
-  k.act = a.act;
-  const A scale = A(pre_scale<TmFwd<T, WMAX, CH>::kHalf>(a.act));  // exact: 1 or 0.5
+  k.act.id = a.act;
+  const A scale = A(k.act.scale());  // exact: 1 or 0.5 (the tanh forms)
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
     const int64_t d = d0 + c;
@@ -287,19 +276,24 @@ __global__ void __launch_bounds__(Policy::kThreads, 2) fwd_tm(const Args a) {
   // The full-window SiLU instance only for the vector kernels (nvcc time).
   if constexpr (CH > 1 && TmFwd<T, WMAX, CH>::kHalf) {  // (fp32: spilled)
     if (a.W == WMAX && a.act == SC_ACT_SILU) {
-      fwd_tm_tiles<true>(a, k, b, d0, tb, te);
+      for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
+        k.template segment<true>(a, q, n, d0, t, e);
+      });
       return;
     }
   }
-  fwd_tm_tiles<false>(a, k, b, d0, tb, te);
+  for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
+    k.template segment<false>(a, q, n, d0, t, e);
+  });
 }
 
 // ---- channel-major ------------------------------------------------------------
 
 template <class T, int WMAX>
-__global__ void __launch_bounds__(Policy::kThreads) fwd_cm(const Args a) {
+__global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm) fwd_cm(const Args a) {
   using A = acc_t<T>;
-  constexpr int VEC = 16 / sizeof(T);
+  using M = MathOf<T>;
+  constexpr int VEC = CmTraits::vec(sizeof(T));
   constexpr int H = WMAX - 1;
   const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t wid = gid >> 5;
@@ -308,7 +302,8 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_cm(const Args a) {
   const int64_t row = wid / a.tiles_per_row, tile = wid - row * a.tiles_per_row;
   const int64_t b = row / a.D, d = row - b * a.D;
   const int W = a.W;
-  const A scale = A(pre_scale<sizeof(T) == 2>(a.act));  // half-pre SiLU form (common.cuh)
+  const RuntimeAct<M> act{a.act};
+  const A scale = A(act.scale());  // 1, or 0.5 for the tanh forms
   A wr[WMAX];
 #pragma unroll
   for (int j = 0; j < WMAX; ++j)
@@ -344,7 +339,7 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_cm(const Args a) {
 #pragma unroll
       for (int j = WMAX - 1; j >= 0; --j)
         if (j < W) acc = fma(wr[j], u[H + i - j], acc);
-      out[i] = act_out<sizeof(T) == 2>(a.act, acc);
+      out[i] = act.value(acc);
       if (rr) out[i] += rv.get(i);
     }
     stp<T, VEC>(yr + t0, Pack<T, VEC>::make(out));
@@ -354,19 +349,17 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_cm(const Args a) {
 // ---- general (W > 16, any strides) ----------------------------------------------
 
 template <class A>
-__global__ void __launch_bounds__(Policy::kThreads) fwd_general(const Args a) {
+__global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBlocksPerSm)
+    fwd_general(const Args a) {
+  using M = std::conditional_t<std::is_same_v<A, double>, MathF64, MathF32>;
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (tile >= a.ntiles || d >= a.D) return;
+  const RuntimeAct<M> act{a.act};  // (fp32 math for every 32-bit accumulation: scale 1)
   const A bs = a.bias.p ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
   int64_t b, tb, te;
   tile_range(a, tile, &b, &tb, &te);
-  int64_t n = a.packed ? find_seq(a, tb) : b;
-  for (int64_t t = tb; t < te && n < a.N; ++n) {
-    const Seq q = seq_of(a, n);
-    const int64_t send = q.s + q.L;
-    const int64_t e = send < te ? send : te;
-    if (e <= t) continue;
+  for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
     const int64_t h0row = state_row(a.h0, a.h0_idx, n);
     for (int64_t tok = t; tok < e; ++tok) {
       const int64_t p0 = a.S - (a.W - 1) + (tok - q.s);  // u position of tap 0
@@ -374,19 +367,19 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_general(const Args a) {
       for (int k = 0; k < a.W; ++k)
         acc = fma(ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + k * a.weight.s1),
                   load_u<A>(a, q, h0row, d, p0 + k), acc);
-      A o = act_fwd(a.act, acc);
+      A o = act.value(acc);
       if (a.residual.p)
         o += ld<A>(a.residual.p, a.residual.dt,
                    q.b * a.residual.s0 + tok * a.residual.s1 + d * a.residual.s2);
       st<A>(a.y.p, a.y.dt, q.b * a.y.s0 + tok * a.y.s1 + d * a.y.s2, o);
     }
-    t = e;
-  }
+  });
 }
 
 // ---- final state ------------------------------------------------------------------
 
-__global__ void __launch_bounds__(Policy::kSmallThreads) state_fwd(const Args a) {
+__global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocksPerSm)
+    state_fwd(const Args a) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= a.N * a.D) return;
   const int64_t n = i / a.D, d = i - n * a.D;
@@ -402,73 +395,51 @@ __global__ void __launch_bounds__(Policy::kSmallThreads) state_fwd(const Args a)
   }
 }
 
-// ---- dispatch -----------------------------------------------------------------------
+// ---- launches -----------------------------------------------------------------------
 
-template <class T, int WMAX>
-cudaError_t launch_tm(const Plan& pl, const Args& a, cudaStream_t s, const char** name) {
-  const dim3 block(pl.cx, pl.ty);
-  const dim3 grid(unsigned(ceil_div(pl.ntiles, pl.ty)), unsigned(ceil_div(a.D, int64_t(pl.cx) * pl.ch)));
-  if (pl.path == Path::token_major_vec) {
-    constexpr int CH = tm_ch(sizeof(T), WMAX, false);
-    *name = "fwd_tm(vector)";
-    if constexpr (CH > 1 && !std::is_same_v<T, double>)
-      return launch(fwd_tm<T, WMAX, CH>, grid, block, 0, s, a);
-    return cudaErrorInvalidValue;  // never planned
-  }
-  *name = "fwd_tm(scalar)";
-  if constexpr (WMAX != 8) return launch(fwd_tm<T, WMAX, 1>, grid, block, 0, s, a);
-  return cudaErrorInvalidValue;  // never planned (scalar path uses wmax_narrow)
-}
-
+// The main kernel of pl.path for activation type T.
 template <class T>
-cudaError_t launch_typed(const Problem& p, const Plan& pl, const Args& a, cudaStream_t s,
-                         const char** name) {
-  int wm = wmax_for(p.W);
-  if (pl.path == Path::channel_major) {
-    *name = "fwd_cm";
-    const int64_t warps = a.B * a.D * a.tiles_per_row;
-    const dim3 grid(unsigned(ceil_div(warps * 32, Policy::kThreads)));
-    if constexpr (!std::is_same_v<T, double>) {
-      if (wmax_narrow(p.W) == 4) return launch(fwd_cm<T, 4>, grid, Policy::kThreads, 0, s, a);
-      return launch(fwd_cm<T, 16>, grid, Policy::kThreads, 0, s, a);
-    }
-    return cudaErrorInvalidValue;  // never planned for f64
+cudaError_t launch_main(const Plan& pl, const Args& a, Launch* l) {
+  constexpr bool f64 = std::is_same_v<T, double>;
+  bool found = false;
+  cudaError_t e = cudaSuccess;
+  switch (pl.path) {
+    case Path::token_major_vec:
+      found = with_wmax<SC_TM_VEC_WMAX>(pl.wmax, [&](auto wm) {
+        constexpr int CH = tm_vec_channels(sizeof(T), decltype(wm)::value);
+        if constexpr (CH > 1 && !f64) e = l->main("fwd_tm(vector)", fwd_tm<T, decltype(wm)::value, CH>, pl, a);
+        else e = l->no_instance("fwd_tm(vector)");
+      });
+      break;
+    case Path::token_major_scalar:
+      found = with_wmax<SC_NARROW_WMAX>(pl.wmax, [&](auto wm) {
+        e = l->main("fwd_tm(scalar)", fwd_tm<T, decltype(wm)::value, 1>, pl, a);
+      });
+      break;
+    case Path::channel_major:
+      found = with_wmax<SC_NARROW_WMAX>(pl.wmax, [&](auto wm) {
+        if constexpr (!f64) e = l->main("fwd_cm", fwd_cm<T, decltype(wm)::value>, pl, a);
+        else e = l->no_instance("fwd_cm");
+      });
+      break;
+    case Path::general:
+      found = true;
+      e = l->main("fwd_general", fwd_general<acc_t<T>>, pl, a);
+      break;
   }
-  if (pl.path == Path::token_major_scalar) wm = wmax_narrow(p.W);
-  if (wm == 4) return launch_tm<T, 4>(pl, a, s, name);
-  if (wm == 8) return launch_tm<T, 8>(pl, a, s, name);
-  return launch_tm<T, 16>(pl, a, s, name);
+  return found ? e : l->no_instance(path_name(pl.path));
 }
 
 }  // namespace
 
-cudaError_t launch_fwd(const Problem& p, const Plan& pl, const Args& a, cudaStream_t s,
-                       const char** name) {
-  cudaError_t e = cudaSuccess;
+cudaError_t launch_fwd(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
   if (p.y && pl.ntiles > 0 && p.D > 0) {
-    if (pl.path == Path::general) {
-      *name = "fwd_general";
-      const dim3 block(pl.cx, pl.ty);
-      const dim3 grid(unsigned(ceil_div(pl.ntiles, pl.ty)), unsigned(ceil_div(a.D, pl.cx)));
-      e = p.act_dtype == SC_F64 ? launch(fwd_general<double>, grid, block, 0, s, a)
-                                : launch(fwd_general<float>, grid, block, 0, s, a);
-    } else {
-      switch (p.act_dtype) {
-        case SC_F32: e = launch_typed<float>(p, pl, a, s, name); break;
-        case SC_F16: e = launch_typed<__half>(p, pl, a, s, name); break;
-        case SC_BF16: e = launch_typed<__nv_bfloat16>(p, pl, a, s, name); break;
-        default: e = launch_typed<double>(p, pl, a, s, name); break;
-      }
-    }
+    const cudaError_t e =
+        with_act_type(p.act_dtype, [&](auto t) { return launch_main<typename decltype(t)::type>(pl, a, l); });
     if (e != cudaSuccess) return e;
   }
-  if (p.ht && p.N > 0 && p.D > 0 && p.S > 0) {
-    *name = "state_fwd";
-    const int64_t threads = p.N * p.D;
-    e = launch(state_fwd, dim3(unsigned(ceil_div(threads, Policy::kSmallThreads))),
-               dim3(Policy::kSmallThreads), 0, s, a);
-  }
-  return e;
+  if (p.ht && p.N > 0 && p.D > 0 && p.S > 0) return l->small("state_fwd", state_fwd, p.N * p.D, a);
+  return cudaSuccess;
 }
 
 }  // namespace shortconv::cuda

@@ -12,6 +12,7 @@
 // -inf * 0 = NaN (as torch.nn.functional.silu).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -113,6 +114,65 @@ TEST_P(ActivationRange, SiluAndIdentityOverEveryDtypesRange) {
       EXPECT_EQ(why, "") << "dtype " << int(dt) << " activation " << int(act);
     }
   }
+}
+
+// Terms the formulas do not contain are never formed, and an absent dy
+// contributes none (docs/semantics.md §1-2): with NaN and infinite weights in
+// some channels, sequences shorter than the window, dy absent or present, every
+// output element has the oracle's NaN / infinity class and, where finite, its
+// value.  Layouts reach every CUDA path (token-major vector and scalar,
+// channel-major, general for W > 16).
+TEST_P(ActivationRange, NonFiniteWeightsMeetOnlyRealTerms) {
+  const double inf = std::numeric_limits<double>::infinity();
+  int cases = 0;
+  for (int W : {2, 4, 5, 17})
+    for (bool dy : {false, true})
+      for (Layout layout : {Layout::token_major, Layout::channel_major})
+        for (sc_dtype dt : {SC_F32, SC_BF16}) {
+          Case c;
+          c.W = W;
+          c.S = W;
+          c.act_dtype = c.param_dtype = c.state_dtype = dt;
+          c.layout = layout;
+          c.D = 8;
+          c.dy = dy;
+          c.h0 = c.ht = c.dht = c.want_dh0 = true;
+          if (layout == Layout::token_major) {  // packed, sequences shorter than W
+            c.packed = true;
+            c.lengths = {1, int64_t(W - 1), 0, 3, int64_t(W + 2), 2};
+          } else {  // dense, time axis contiguous (channel-major path: T % 8 == 0)
+            c.B = 2;
+            c.T = 16;
+          }
+          c.seed = uint64_t(100 + cases);
+          Inputs in = make_inputs(c);
+          // channel 1: an infinite oldest tap; channel 3: a NaN newest tap;
+          // channel 6: an infinite middle tap and an infinite bias
+          in.weight[size_t(1 * W + 0)] = inf;
+          in.weight[size_t(3 * W + W - 1)] = std::nan("");
+          in.weight[size_t(6 * W + W / 2)] = -inf;
+          in.bias[6] = inf;
+          const Outputs ref = run(c, in, SC_BACKEND_REF);
+          const Outputs got = run(c, in, GetParam());
+          ASSERT_TRUE(ref.ok()) << ref.problems();
+          ASSERT_TRUE(got.ok()) << got.problems();
+          const double rtol = dt == SC_F32 ? 1e-5 : 1e-2;
+          auto check = [&](const char* what, const std::vector<double>& g,
+                           const std::vector<double>& r) {
+            std::vector<double> scale(r.size(), 0.0);
+            double norm = 0;
+            for (double v : r)
+              if (std::isfinite(v)) norm = std::max(norm, std::fabs(v));
+            return check_elementwise(what, g, r, scale, rtol, rtol * norm + 1e-30);
+          };
+          const std::string why = check("y", got.y, ref.y) + check("ht", got.ht, ref.ht) +
+                                  check("dx", got.dx, ref.dx) +
+                                  check("dweight", got.dweight, ref.dweight) +
+                                  check("dbias", got.dbias, ref.dbias) +
+                                  check("dh0", got.dh0, ref.dh0);
+          EXPECT_EQ(why, "") << c.describe();
+          ++cases;
+        }
 }
 
 std::string backend_param_name(const ::testing::TestParamInfo<sc_backend>& info) {

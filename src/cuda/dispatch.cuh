@@ -1,0 +1,107 @@
+// Run-time choices -> template parameters, once for both directions.
+//
+//   with_act_type(dtype, f)     f(TypeTag<T>{}) for the activation dtype
+//   with_wmax<4, 8>(wmax, f)    f(Int<WMAX>{}) when wmax is one of the listed
+//                               instances (the lists below are checked against
+//                               traits.hpp's sets, so planner and launcher agree)
+//   Launch                      one kernel launch on the caller's stream, with
+//                               the plan's geometry; remembers which kernel ran
+//                               last and whether a plan found no instance
+//
+// fwd.cu and bwd.cu each write one launcher over these; neither repeats a
+// dtype switch, a window ladder or a grid computation.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "cuda/common.cuh"
+#include "cuda/plan.hpp"
+
+namespace shortconv::cuda {
+
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+template <int V>
+using Int = std::integral_constant<int, V>;
+
+template <class F>
+decltype(auto) with_act_type(sc_dtype dt, F&& f) {
+  switch (dt) {
+    case SC_F32: return f(TypeTag<float>{});
+    case SC_F16: return f(TypeTag<__half>{});
+    case SC_BF16: return f(TypeTag<__nv_bfloat16>{});
+    default: return f(TypeTag<double>{});
+  }
+}
+
+template <int... Ws, class F>
+bool with_wmax(int wmax, F&& f) {
+  return ((wmax == Ws ? (f(Int<Ws>{}), true) : false) || ...);
+}
+
+// The instantiated window bounds, the same sets the planner picks from.
+#define SC_TM_VEC_WMAX 4, 8
+#define SC_NARROW_WMAX 4, 16
+template <int... Ws>
+constexpr bool same_set(const WmaxSet& s) {
+  const int v[] = {Ws...};
+  if (int(sizeof...(Ws)) != s.n) return false;
+  for (int i = 0; i < s.n; ++i)
+    if (v[i] != s.v[i]) return false;
+  return true;
+}
+static_assert(same_set<SC_TM_VEC_WMAX>(kTmVecWmax), "SC_TM_VEC_WMAX must list kTmVecWmax");
+static_assert(same_set<SC_NARROW_WMAX>(kNarrowWmax), "SC_NARROW_WMAX must list kNarrowWmax");
+
+// One direction's launches.  Each returns the launch's error; `kernel` names
+// the last kernel launched (or attempted), `missing` is set when a plan named
+// an instance that was not compiled (reported as SC_ERR_BACKEND).
+struct Launch {
+  cudaStream_t stream;
+  const char* kernel = "?";
+  bool missing = false;
+
+  // kernel<<<plan geometry>>>(args, extra...) with the plan's shared memory.
+  template <class... X>
+  cudaError_t main(const char* name, void (*k)(Args, X...), const Plan& pl, const Args& a,
+                   X... extra) {
+    return go(name, k, dim3(unsigned(pl.grid_x), unsigned(pl.grid_y)),
+              dim3(unsigned(pl.block_x), unsigned(pl.block_y)), pl.smem, a, extra...);
+  }
+  // One thread per item of a small kernel (SmallTraits).
+  template <class... X>
+  cudaError_t small(const char* name, void (*k)(Args, X...), int64_t items, const Args& a,
+                    X... extra) {
+    return go(name, k, dim3(unsigned(ceil_div(items, SmallTraits::kThreads))),
+              dim3(SmallTraits::kThreads), 0, a, extra...);
+  }
+  cudaError_t no_instance(const char* name) {
+    kernel = name;
+    missing = true;
+    return cudaErrorInvalidValue;
+  }
+
+ private:
+  template <class... X>
+  cudaError_t go(const char* name, void (*k)(Args, X...), dim3 grid, dim3 block, size_t smem,
+                 const Args& a, X... extra) {
+    kernel = name;
+    void* params[] = {const_cast<Args*>(&a), &extra...};
+    return cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, params, smem, stream);
+  }
+};
+
+// Kernels of each direction (fwd.cu, bwd.cu).
+cudaError_t launch_fwd(const Problem& p, const Plan& pl, const Args& a, Launch* l);
+cudaError_t launch_bwd(const Problem& p, const Plan& pl, const Args& a, Launch* l);
+
+// The kernels' argument block for a problem and its plan (backend.cu).
+Args make_args(const Problem& p, const Plan& pl, void* workspace);
+
+}  // namespace shortconv::cuda

@@ -1,0 +1,191 @@
+// The CUDA planner (plan.hpp): path choice, tiles, launch geometry, workspace.
+#include "cuda/plan.hpp"
+
+#include <algorithm>
+
+#include "core/dtype.hpp"
+
+namespace shortconv::cuda {
+
+namespace {
+
+int64_t pow2_ceil(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+int64_t pow2_floor(int64_t v) {
+  int64_t p = 1;
+  while (p * 2 <= v) p <<= 1;
+  return p;
+}
+
+bool aligned(const void* ptr, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % uintptr_t(bytes) == 0;
+}
+
+// Activation tensors the main kernel of direction p.dir touches.
+template <class F>
+bool all_act(const Problem& p, F ok) {
+  if (!ok(p.x)) return false;
+  if (p.dir == Dir::fwd) return (!p.y || ok(p.y)) && (!p.residual || ok(p.residual));
+  return (!p.dy || ok(p.dy)) && (!p.dx || ok(p.dx));
+}
+
+// Channels per thread of the vector path for p (1: the path does not apply).
+int vec_channels(const Problem& p) {
+  if (p.act_dtype == SC_F64) return 1;  // fp64 is correct, not fast: the scalar path
+  const int wmax = kTmVecWmax.for_width(p.W);
+  return wmax ? tm_vec_channels(dtype_size(p.act_dtype), wmax) : 1;
+}
+
+bool tm_vec_ok(const Problem& p) {
+  const int ch = vec_channels(p);
+  if (ch == 1 || p.D % ch != 0) return false;
+  const int es = dtype_size(p.act_dtype);
+  return all_act(p, [&](const View& v) {
+    return (v.stride[2] == 1 || v.shape[2] == 1) && v.stride[0] % ch == 0 &&
+           v.stride[1] % ch == 0 && aligned(v.data, int64_t(ch) * es);
+  });
+}
+
+bool cm_shape_ok(const Problem& p) { return !p.packed && p.act_dtype != SC_F64; }
+
+bool cm_ok(const Problem& p) {
+  if (!cm_shape_ok(p)) return false;
+  const int vec = CmTraits::vec(dtype_size(p.act_dtype));
+  if (p.T % vec != 0) return false;
+  return all_act(p, [&](const View& v) {
+    return v.stride[1] == 1 && v.stride[0] % vec == 0 && v.stride[2] % vec == 0 &&
+           aligned(v.data, 16);
+  });
+}
+
+// Channel-major tiles: several 32*vec-token chunks per warp (set-up amortised,
+// fewer partial rows), at least one wave.
+void plan_cm(const Problem& p, int sms, Plan* pl) {
+  pl->vec = CmTraits::vec(dtype_size(p.act_dtype));
+  pl->wmax = kNarrowWmax.for_width(p.W);
+  const int64_t chunk = int64_t(CmTraits::kWarp) * pl->vec;  // tokens a warp covers per step
+  if (p.exec.tile_t > 0) {
+    pl->tile_t = ceil_div(clamp_tile(p.exec.tile_t, p.T), chunk) * chunk;
+  } else {
+    const int64_t target = int64_t(sms) * CmTraits::kResidentThreads;
+    const int64_t warps = p.B * p.D * ceil_div(p.T, chunk);
+    const int64_t iters = std::clamp<int64_t>(warps * CmTraits::kWarp / std::max<int64_t>(target, 1),
+                                              1, CmTraits::kMaxIters);
+    pl->tile_t = chunk * iters;
+  }
+  pl->tiles_per_row = ceil_div(p.T, pl->tile_t);
+  pl->ntiles = p.B * pl->tiles_per_row;
+  pl->parts = pl->ntiles;  // one partial row per warp tile
+  pl->block_x = CmTraits::kThreads;
+  pl->grid_x = ceil_div(p.B * p.D * pl->tiles_per_row * CmTraits::kWarp, CmTraits::kThreads);
+}
+
+// Token-major and general tiles: one wave of resident threads when the work
+// allows it, longest tiles otherwise (the forward keeps >= kMinWaves waves:
+// the last wave's tail is then a smaller share).
+void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
+  const bool bwd = p.dir == Dir::bwd;
+  pl->ch = path == Path::token_major_vec ? vec_channels(p) : 1;
+  pl->wmax = path == Path::token_major_vec    ? kTmVecWmax.for_width(p.W)
+             : path == Path::token_major_scalar ? kNarrowWmax.for_width(p.W)
+                                                : 0;
+  const int threads = path == Path::general ? GeneralTraits::kThreads : TmTraits::kThreads;
+  const int64_t cols = ceil_div(p.D, pl->ch);
+  int cx;
+  if (p.exec.tile_d > 0)
+    cx = int(std::clamp<int64_t>(ceil_div(p.exec.tile_d, pl->ch), 1, threads));
+  else
+    cx = int(std::min<int64_t>(TmTraits::kMaxCx, pow2_ceil(std::max<int64_t>(cols, 1))));
+  const int ty = std::max(1, threads / cx);
+  if (p.exec.tile_t > 0) {
+    pl->tile_t = clamp_tile(p.exec.tile_t, p.T);
+  } else {
+    const int64_t target = int64_t(sms) * TmTraits::kResidentThreads;  // threads of one wave
+    const int64_t work = p.B * p.T * cols;                               // thread-tokens
+    const int64_t per_thread = ceil_div(work, std::max<int64_t>(target, 1));
+    if (bwd || pow2_ceil(per_thread) <= TmTraits::kMaxTileT) {
+      pl->tile_t = std::clamp<int64_t>(pow2_ceil(per_thread), TmTraits::kMinTileT, TmTraits::kMaxTileT);
+    } else {  // (the backward measured slower with the shorter tiles)
+      pl->tile_t = std::clamp<int64_t>(pow2_floor(per_thread / TmTraits::kMinWaves),
+                                       TmTraits::kMinTileT, TmTraits::kMaxTileT);
+    }
+  }
+  pl->tiles_per_row = ceil_div(p.T, pl->tile_t);
+  pl->ntiles = p.B * pl->tiles_per_row;
+  pl->parts = path == Path::general ? pl->ntiles : ceil_div(pl->ntiles, ty);
+  pl->block_x = cx;
+  pl->block_y = ty;
+  pl->grid_x = ceil_div(pl->ntiles, ty);
+  pl->grid_y = ceil_div(p.D, int64_t(cx) * pl->ch);
+  if (bwd && path != Path::general)
+    pl->smem = TmTraits::bwd_smem(cx, ty, pl->ch, pl->wmax, p.act_dtype == SC_F64 ? 8 : 4);
+}
+
+}  // namespace
+
+const char* path_name(Path path) {
+  switch (path) {
+    case Path::token_major_vec: return "token-major vector";
+    case Path::token_major_scalar: return "token-major scalar";
+    case Path::channel_major: return "channel-major";
+    case Path::general: return "general";
+  }
+  return "?";
+}
+
+int candidate_paths(const Problem& p, Path out[4]) {
+  int n = 0;
+  if (p.W > kMaxFastW) {
+    out[n++] = Path::general;
+    return n;
+  }
+  if (vec_channels(p) > 1) out[n++] = Path::token_major_vec;
+  if (cm_shape_ok(p)) out[n++] = Path::channel_major;
+  out[n++] = Path::token_major_scalar;
+  return n;
+}
+
+Path choose_path(const Problem& p) {
+  Path cand[4];
+  const int n = candidate_paths(p, cand);
+  for (int i = 0; i < n; ++i) {
+    if (cand[i] == Path::token_major_vec && !tm_vec_ok(p)) continue;
+    if (cand[i] == Path::channel_major && !cm_ok(p)) continue;
+    return cand[i];
+  }
+  return Path::general;  // (unreachable: the scalar and general paths take anything)
+}
+
+Plan plan_for(const Problem& p, Path path, int sms) {
+  Plan pl;
+  pl.path = path;
+  if (path == Path::channel_major) plan_cm(p, sms, &pl);
+  else plan_tm(p, path, sms, &pl);
+  const bool bwd = p.dir == Dir::bwd;
+  const bool want_dw = bwd && (p.dweight || p.dbias);
+  const int64_t acc = p.act_dtype == SC_F64 ? 8 : 4;
+  pl.part_bytes = want_dw ? Count(pl.parts) * p.D * (p.W + 1) * acc : Count(0);
+  pl.dpre_bytes = (bwd && path == Path::general) ? Count(p.B * p.T) * p.D * acc : Count(0);
+  return pl;
+}
+
+Count workspace_need(const Problem& p, int sms) {
+  if (p.dir == Dir::fwd) return 0;
+  Path cand[4];
+  const int n = candidate_paths(p, cand);
+  Count most = 0;
+  for (int i = 0; i < n; ++i) {
+    const Plan pl = plan_for(p, cand[i], sms);
+    const Count bytes = pl.part_bytes + pl.dpre_bytes;
+    if (!bytes.overflow() && bytes.value() == 0) continue;
+    const Count need = align_workspace(pl.part_bytes) + pl.dpre_bytes + int64_t(kWorkspaceAlign);
+    if (need.overflow() || need.value() > most.value()) most = need;
+  }
+  return most;
+}
+
+}  // namespace shortconv::cuda

@@ -1,0 +1,123 @@
+// Compile-time shape of every CUDA kernel, in one place.
+//
+// Each kernel's traits type is read by its __launch_bounds__ (SC_BOUNDS), by
+// its body (unroll depths, channels per thread, caches) and by the host planner
+// (plan.cpp: block shape, residency for wave sizing, shared memory), so no
+// launch number is written twice.  The instance sets (which window bounds WMAX
+// exist for which path) are listed here too: the planner picks from them and
+// the launchers instantiate exactly them, so a plan without a kernel cannot
+// happen (dispatch.cuh reports it as SC_ERR_BACKEND if it ever did).
+//
+// Pure C++: included by host code compiled without nvcc (the planner and its
+// test) as well as by the kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+// constexpr functions the kernels call in constant expressions too.
+#if defined(__CUDACC__)
+#define SC_TRAIT constexpr __host__ __device__
+#else
+#define SC_TRAIT constexpr
+#endif
+
+namespace shortconv::cuda {
+
+// The window bounds instantiated per path.  A runtime W uses the smallest bound
+// >= W; the window is padded to it and the pad taps are predicated off.
+struct WmaxSet {
+  int v[3];
+  int n;
+  SC_TRAIT int for_width(int W) const {
+    for (int i = 0; i < n; ++i)
+      if (W <= v[i]) return v[i];
+    return 0;  // beyond the set: the general path
+  }
+};
+// Token-major vector path: W = 4 (the targets') exact, and W <= 8 with two
+// channels per thread (wider windows leave too few registers for vectors).
+constexpr WmaxSet kTmVecWmax = {{4, 8, 0}, 2};
+// Token-major scalar and channel-major paths: two steps (fewer instances:
+// CI compiles every instance for two architectures on two cores).
+constexpr WmaxSet kNarrowWmax = {{4, 16, 0}, 2};
+// Widest window of the register-window paths; wider W takes the general path.
+constexpr int kMaxFastW = 16;
+static_assert(kNarrowWmax.for_width(kMaxFastW) == kMaxFastW, "the scalar path reaches kMaxFastW");
+
+// Channels per thread on the token-major vector path: one 16-byte vector,
+// narrowed for wide windows so that weights and window stay in registers
+// (16 / WMAX weight registers per channel group: no spills at 2 blocks/SM).
+SC_TRAIT int tm_vec_channels(int elem_bytes, int wmax) {
+  const int vec = 16 / elem_bytes;
+  const int budget = 16 / wmax;
+  const int c = vec < budget ? vec : budget;
+  return c < 1 ? 1 : c;
+}
+
+// fwd_tm / bwd_tm: a thread owns CH channels x one time tile; a block is
+// cx threads along channels x ty tiles (cx * ty = kThreads).
+struct TmTraits {
+  static constexpr int kThreads = 256;
+  // Register cap: 2 blocks (512 threads) per SM; the planner sizes waves with it.
+  static constexpr int kMinBlocksPerSm = 2;
+  static constexpr int kResidentThreads = kThreads * kMinBlocksPerSm;
+  static constexpr int kMaxCx = 32;                 // threads along channels (one warp)
+  static constexpr int kUnroll = 4;                 // tokens whose loads are issued together
+  static constexpr int kUnrollFull16 = 8;           // the same, 16-bit full-window forward
+  static constexpr int64_t kMinTileT = 8;           // shortest automatic tile (halo W-1 re-read per tile)
+  static constexpr int64_t kMaxTileT = 256;         // longest automatic tile (enough work per thread)
+  static constexpr int64_t kMinWaves = 3;           // forward beyond one wave of kMaxTileT tiles: >= this many waves
+  static constexpr int64_t kBwdFullMinTileT = 64;   // shortest tile taking the full-window backward instance
+  // Shared memory of bwd_tm: the block's dweight/dbias partials, one row of
+  // ch * (WMAX + 1) accumulators per thread.
+  static SC_TRAIT size_t bwd_smem(int cx, int ty, int ch, int wmax, int acc_bytes) {
+    return size_t(cx) * size_t(ty) * size_t(ch) * size_t(wmax + 1) * size_t(acc_bytes);
+  }
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "a block is whole warps");
+  static_assert(kThreads % kMaxCx == 0, "cx * ty = kThreads");
+  static_assert(kMinTileT >= 1 && kMinTileT <= kMaxTileT, "tile bounds");
+};
+
+// fwd_cm / bwd_cm: a warp owns a (batch, channel) row tile, a lane kVec
+// consecutive tokens (one 16-byte vector) per step.
+struct CmTraits {
+  static constexpr int kThreads = 256;
+  static constexpr int kMinBlocksPerSm = 1;         // no register cap
+  // Residency assumed for wave sizing (measured: 2 blocks/SM).
+  static constexpr int kResidentThreads = 2 * kThreads;
+  static constexpr int kWarp = 32;
+  static SC_TRAIT int vec(int elem_bytes) { return 16 / elem_bytes; }
+  static constexpr int kMaxIters = 16;              // most 32*kVec-token chunks per warp tile
+};
+
+// fwd_general / dpre_general / bwd_general (W > kMaxFastW): a thread per
+// (channel, tile); block shape as the token-major path with one channel per thread.
+struct GeneralTraits {
+  static constexpr int kThreads = TmTraits::kThreads;
+  static constexpr int kMinBlocksPerSm = 1;
+};
+
+// state_fwd / state_bwd / reduce_parts: one thread per (sequence, channel)
+// or (channel, tap); small launches.
+struct SmallTraits {
+  static constexpr int kThreads = 128;
+  static constexpr int kMinBlocksPerSm = 1;
+  // state_bwd keeps the dpre of a sequence's first kDpreCache tokens (W <= 17
+  // never recomputes one).
+  static constexpr int kDpreCache = 16;
+  static_assert(kDpreCache >= kMaxFastW, "the fast paths' windows fit the cache");
+};
+
+// CUDA grid limits the planner checks (grid.x is the tile axis, grid.y the
+// channel-group axis).
+constexpr int64_t kMaxGridX = 2147483647;
+constexpr int64_t kMaxGridY = 65535;
+
+// Plans are made for min(device SMs, kPlanMaxSms) and the workspace for
+// kPlanMaxSms: more SMs only ever shorten tiles (more partial rows), so a size
+// queried once covers every device, however large (a device beyond this count
+// runs the plan of this count: correct, a little less parallel).
+constexpr int kPlanMaxSms = 256;
+
+}  // namespace shortconv::cuda

@@ -1,0 +1,171 @@
+// The CUDA planner (src/cuda/plan.cpp, host code: runs without a GPU and
+// without the CUDA backend compiled in).
+//
+// - The workspace a problem's query returns covers the plan of every device:
+//   for any multiprocessor count (1 .. beyond kPlanMaxSms) and every path the
+//   problem could take, the plan's partial rows and dpre buffer fit.  (Before,
+//   the size came from the querying GPU's SM count, and a size queried on a
+//   small GPU was too small on a larger one.)
+// - Plans name only instantiated kernels: the window bound is one of the
+//   path's instance set (traits.hpp, checked against the launchers' lists in
+//   dispatch.cuh), the vector path has more than one channel per thread.
+// - The launch geometry covers the work: grid x block tiles every tile and
+//   every channel, blocks have the traits' thread counts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "core/problem.hpp"
+#include "cuda/plan.hpp"
+
+namespace {
+
+using namespace shortconv;
+using namespace shortconv::cuda;
+
+// A plausible backward problem (pointers only matter for alignment).
+Problem problem(std::mt19937_64& rng) {
+  auto uni = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  Problem p;
+  p.dir = uni(0, 3) ? Dir::bwd : Dir::fwd;
+  p.W = int(uni(0, 5) ? uni(1, 8) : uni(9, 40));
+  p.S = p.W - 1 + int(uni(0, 2));
+  const sc_dtype dts[4] = {SC_F32, SC_F16, SC_BF16, SC_F64};
+  p.act_dtype = dts[uni(0, 3)];
+  p.packed = uni(0, 2) == 0;
+  p.D = uni(0, 4) ? 8 * uni(1, 1024) : uni(1, 5000);
+  if (p.packed) {
+    p.B = 1;
+    p.T = uni(1, 1 << 17);
+    p.N = uni(1, 64);
+  } else {
+    p.B = uni(1, 16);
+    p.T = uni(1, 1 << 14);
+    p.N = p.B;
+  }
+  static char buffer[64] alignas(64);
+  auto view = [&](bool token_major) {
+    View v;
+    v.present = true;
+    v.data = buffer;
+    v.dtype = p.act_dtype;
+    v.shape[0] = p.B;
+    v.shape[1] = p.T;
+    v.shape[2] = p.D;
+    if (token_major) {
+      v.stride[2] = 1;
+      v.stride[1] = p.D;
+      v.stride[0] = p.T * p.D;
+    } else {
+      v.stride[1] = 1;
+      v.stride[2] = p.T;
+      v.stride[0] = p.T * p.D;
+    }
+    return v;
+  };
+  const bool tm = uni(0, 2) != 0;
+  p.x = view(tm);
+  if (p.dir == Dir::bwd) {
+    p.dy = view(tm);
+    p.dx = view(tm);
+    p.dweight.present = uni(0, 4) != 0;
+    p.dbias.present = uni(0, 1) != 0;
+  } else {
+    p.y = view(tm);
+  }
+  if (uni(0, 3) == 0) p.exec.tile_t = uni(1, 700);
+  if (uni(0, 3) == 0) p.exec.tile_d = uni(1, 300);
+  return p;
+}
+
+int64_t need(const Plan& pl) {
+  const Count bytes = pl.part_bytes + pl.dpre_bytes;
+  if (bytes.value() == 0) return 0;
+  return (align_workspace(pl.part_bytes) + pl.dpre_bytes + int64_t(kWorkspaceAlign)).value();
+}
+
+TEST(CudaPlan, WorkspaceCoversEveryDevice) {
+  std::mt19937_64 rng(31);
+  const int sm_counts[] = {1, 2, 7, 16, 46, 66, 80, 108, 114, 132, 144, 148, 160, 200, 255, 256};
+  for (int i = 0; i < 3000; ++i) {
+    const Problem p = problem(rng);
+    const Count ws = workspace_bytes(p);  // what the C ABI's query answers
+    ASSERT_FALSE(ws.overflow());
+    Path cand[4];
+    const int n = candidate_paths(p, cand);
+    for (int c = 0; c < n; ++c)
+      for (int sms : sm_counts) {
+        const Plan pl = plan_for(p, cand[c], sms);
+        ASSERT_LE(need(pl), ws.value())
+            << path_name(cand[c]) << " at " << sms << " SMs needs more than the query's answer "
+            << "(B=" << p.B << " T=" << p.T << " D=" << p.D << " W=" << p.W << " dtype "
+            << p.act_dtype << " tiles " << p.exec.tile_t << "x" << p.exec.tile_d << ")";
+      }
+  }
+}
+
+TEST(CudaPlan, PlansNameInstantiatedKernelsAndCoverTheWork) {
+  std::mt19937_64 rng(32);
+  for (int i = 0; i < 3000; ++i) {
+    const Problem p = problem(rng);
+    Path cand[4];
+    const int n = candidate_paths(p, cand);
+    ASSERT_GE(n, 1);
+    EXPECT_EQ(cand[n - 1] == Path::general, p.W > kMaxFastW);
+    bool chosen_is_candidate = false;
+    for (int c = 0; c < n; ++c) chosen_is_candidate |= cand[c] == choose_path(p);
+    EXPECT_TRUE(chosen_is_candidate);
+    for (int c = 0; c < n; ++c) {
+      const Plan pl = plan_for(p, cand[c], 132);
+      switch (pl.path) {
+        case Path::token_major_vec:
+          EXPECT_EQ(pl.wmax, kTmVecWmax.for_width(p.W));
+          EXPECT_NE(pl.wmax, 0);
+          EXPECT_GT(pl.ch, 1);
+          EXPECT_NE(p.act_dtype, SC_F64);
+          break;
+        case Path::token_major_scalar:
+        case Path::channel_major:
+          EXPECT_EQ(pl.wmax, kNarrowWmax.for_width(p.W));
+          EXPECT_NE(pl.wmax, 0);
+          break;
+        case Path::general:
+          EXPECT_GT(p.W, kMaxFastW);
+          break;
+      }
+      if (pl.path == Path::channel_major) {
+        EXPECT_EQ(pl.block_x * pl.block_y, CmTraits::kThreads);
+        EXPECT_GE(pl.grid_x * CmTraits::kThreads,
+                  p.B * p.D * pl.tiles_per_row * CmTraits::kWarp);
+        EXPECT_EQ(pl.tile_t % (CmTraits::kWarp * pl.vec), 0);
+      } else {
+        EXPECT_LE(pl.block_x * pl.block_y, TmTraits::kThreads);
+        EXPECT_GE(pl.grid_x * pl.block_y, pl.ntiles);
+        EXPECT_GE(pl.grid_y * pl.block_x * pl.ch, p.D);
+      }
+      EXPECT_GE(pl.tile_t * pl.tiles_per_row, p.T);
+      EXPECT_EQ(pl.ntiles, p.B * pl.tiles_per_row);
+    }
+  }
+}
+
+TEST(CudaPlan, ForcedTilesBeyondTheAxisAreTheWholeAxis) {
+  std::mt19937_64 rng(33);
+  for (int i = 0; i < 200; ++i) {
+    Problem p = problem(rng);
+    p.exec.tile_t = INT64_MAX;
+    p.exec.tile_d = INT64_MAX;
+    Path cand[4];
+    const int n = candidate_paths(p, cand);
+    for (int c = 0; c < n; ++c) {
+      const Plan pl = plan_for(p, cand[c], 132);
+      EXPECT_EQ(pl.tiles_per_row, 1) << path_name(cand[c]);
+      EXPECT_GE(pl.tile_t, p.T);
+      EXPECT_FALSE(workspace_need(p, kPlanMaxSms).overflow());
+    }
+  }
+}
+
+}  // namespace
