@@ -56,6 +56,13 @@ def activation_code(activation, where="shortconv"):
                          % (where, _EXPECTED, activation)) from None
 
 
+def _like_x(x):
+    """An output like x (y, dx): x's strides when x is dense in any layout (a
+    channel-major x gets a channel-major y: the kernels write it with vector
+    stores), contiguous otherwise (a slice of a fused projection, a broadcast)."""
+    return torch.empty_like(x, memory_format=torch.preserve_format)
+
+
 def _num_seqs(x, cu_seqlens):
     if cu_seqlens is not None:
         return max(cu_seqlens.shape[0] - 1, 0) if cu_seqlens.dim() == 1 else 0
@@ -87,7 +94,7 @@ def forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len
     c = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation)
     if residual is not None:
         c.set("residual", residual)
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = _like_x(x)
     c.set_out("y", y)
     final_state = None
     if output_final_state:
@@ -110,7 +117,7 @@ def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len
         c.set("dfinal_state", dht)
     dx = dweight = dbias = dh0 = None
     if need_dx:
-        dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        dx = _like_x(x)
         c.set_out("dx", dx)
     if need_dweight:
         dweight = torch.empty(weight.shape, dtype=weight.dtype, device=x.device)
@@ -147,7 +154,7 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
     if cache_indices is not None:
         c.set("initial_state_indices", cache_indices, INDEX_CODES)
         c.set_out("final_state_indices", cache_indices, INDEX_CODES)
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = _like_x(x)
     c.set_out("y", y)
     c.run_forward()
     return y
@@ -278,7 +285,7 @@ if HAS_CUSTOM_OPS:
     @_fwd_op.register_fake
     def _fwd_fake(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
                   output_final_state):
-        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        y = _like_x(x)
         sdtype = initial_state.dtype if initial_state is not None else x.dtype
         if output_final_state:
             ht = torch.empty((_num_seqs(x, cu_seqlens), x.shape[-1], state_len), dtype=sdtype,
@@ -309,7 +316,7 @@ if HAS_CUSTOM_OPS:
                   need_dx, need_dweight, need_dbias, need_dinitial_state):
         sdtype = (initial_state.dtype if initial_state is not None
                   else dht.dtype if dht is not None else x.dtype)
-        dx = torch.empty(x.shape, dtype=x.dtype, device=x.device) if need_dx else _empty(x)
+        dx = _like_x(x) if need_dx else _empty(x)
         dw = (torch.empty(weight.shape, dtype=weight.dtype, device=x.device) if need_dweight
               else _empty(x, weight.dtype))
         db = (torch.empty(bias.shape, dtype=bias.dtype, device=x.device)
@@ -390,7 +397,7 @@ if HAS_CUSTOM_OPS:
 
     @_update_op.register_fake
     def _update_fake(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation):
-        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        return _like_x(x)
 
 else:
 

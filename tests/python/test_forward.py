@@ -123,6 +123,27 @@ def test_strided_qkv_slice_without_copies():
     assert_close(dw, dwr)
 
 
+def test_outputs_follow_a_dense_input_layout():
+    # y and dx take x's strides when x is dense in any layout (channel-major
+    # [B, D, T] storage: the kernels then write with vector stores), and are
+    # contiguous for a non-dense x (a slice of a fused projection).
+    B, T, D, W = 2, 9, 5, 4
+    g = torch.Generator().manual_seed(17)
+    w = torch.randn(D, W, generator=g, dtype=torch.float64, requires_grad=True)
+    xcm = torch.randn(B, D, T, generator=g, dtype=torch.float64).transpose(1, 2)
+    xcm.requires_grad_()
+    y, _ = shortconv.causal_conv1d(xcm, w, activation="silu")
+    assert y.stride() == xcm.stride()
+    dy = torch.randn(B, T, D, generator=g, dtype=torch.float64)  # token-major gradient: read as is
+    dx, = torch.autograd.grad(y, [xcm], dy)
+    assert dx.stride() == xcm.stride()
+    yr, _ = causal_conv1d_ref(xcm.detach().contiguous(), w.detach(), activation="silu")
+    assert_close(y, yr)
+    qkv = torch.randn(B, T, 3 * D, generator=g, dtype=torch.float64)
+    y2, _ = shortconv.causal_conv1d(qkv[:, :, D:2 * D], w.detach(), activation="silu")
+    assert y2.is_contiguous()
+
+
 def test_channel_major_and_heads_layouts():
     B, T, H, Dh, W = 2, 6, 3, 2, 3
     D = H * Dh
