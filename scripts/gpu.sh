@@ -6,7 +6,10 @@
 #   scripts/gpu.sh [build-dir]        (default /tmp/sc-gpu; logs under $OUT or ./gpu-logs)
 #
 # Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_PY=1 skip a stage;
-# GPU_BENCH_ARGS adds options to the bench (e.g. "--shape 8x4096x4096").
+# GPU_BENCH_ARGS adds options to the bench (e.g. "--shape 8x4096x4096");
+# GPU_BASELINE=<source tree> also builds that tree (an older commit, e.g. from
+# `git archive`) and benches it in the same run, right after this tree, for a
+# before/after table on the same card.
 # Every stage runs even when an earlier one fails; the exit status is the
 # number of failed stages.
 set -u
@@ -50,6 +53,12 @@ if [ "${GPU_SKIP_CHECK:-0}" != 1 ]; then
   stage check "$CLI" check --backend cuda
 fi
 stage bench bash -c "'$CLI' bench --backend cuda --json ${GPU_BENCH_ARGS:-} > '$LOG/bench.json'"
+if [ -n "${GPU_BASELINE:-}" ]; then
+  stage base_build bash -c "cmake -S '$GPU_BASELINE' -B '$B-base' -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DSHORTCONV_CUDA=ON -DSHORTCONV_BUILD_TESTS=OFF \
+    && cmake --build '$B-base' -j$JOBS"
+  stage base_bench bash -c "'$B-base/bin/shortconv' bench --backend cuda --json ${GPU_BENCH_ARGS:-} > '$LOG/bench_base.json'"
+fi
 # The PyTorch package on the device's torch: its tests (CUDA streams, graphs,
 # inductor) and the PyTorch-API bench against plain F.conv1d.
 PY=${PYTHON:-python3}
@@ -62,7 +71,7 @@ fi
 
 echo
 echo "==== summary ($(date -u +%FT%TZ), $(head -2 "$LOG/gpu.txt" | tail -1))"
-for s in build tests memcheck racecheck check bench pytest pybench; do
+for s in build tests memcheck racecheck check bench base_build base_bench pytest pybench; do
   [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
 done
 grep -hE '^\[  FAILED  \]|Failure|rel err' "$LOG/tests.log" 2>/dev/null | head -20
@@ -70,9 +79,14 @@ grep -hE 'ERROR SUMMARY|Race reports|RACECHECK SUMMARY' "$LOG/memcheck.log" "$LO
 tail -n 1 "$LOG/pytest.log" 2>/dev/null
 [ -s "$LOG/pybench.log" ] && tail -n 12 "$LOG/pybench.log"
 if [ -s "$LOG/bench.json" ]; then
-  python3 - "$LOG/bench.json" <<'EOF'
-import json, sys
+  python3 - "$LOG/bench.json" "$LOG/bench_base.json" <<'EOF'
+import json, os, sys
 d = json.load(open(sys.argv[1]))
+base = {}
+if os.path.exists(sys.argv[2]) and os.path.getsize(sys.argv[2]):
+    b = json.load(open(sys.argv[2]))
+    base = {(r.get("shape"), r.get("dtype"), r.get("layout"), r.get("W")): r for r in b.get("results", [])}
+    print(f"baseline copy bandwidth {b.get('copy_GBps', 0):.0f} GB/s")
 bw = d.get("copy_GBps", 0)
 print(f"copy bandwidth {bw:.0f} GB/s")
 print(f"{'shape':34} {'dt':5} {'layout':13} {'W':>2} {'fwd us':>9} {'frac':>5} {'f+b us':>9} {'frac':>5} {'eager f / f+b us':>17}")
@@ -83,6 +97,9 @@ for r in d.get("results", []):
     fbf = (5 * xb / (bw * 1e3)) / fb if fb and bw else 0
     print(f"{r.get('shape','')[:34]:34} {r.get('dtype',''):5} {r.get('layout','')[:13]:13} {r.get('W',0):>2} "
           f"{f:9.1f} {ff:5.2f} {fb:9.1f} {fbf:5.2f} {r.get('fwd_call_us') or 0:8.1f} {r.get('fwdbwd_call_us') or 0:8.1f} {r.get('error','')}")
+    o = base.get((r.get("shape"), r.get("dtype"), r.get("layout"), r.get("W")))
+    if o:
+        print(f"{'  baseline':34} {'':5} {'':13} {'':>2} {o.get('fwd_us', 0):9.1f} {'':5} {o.get('fwdbwd_us', 0):9.1f}")
 EOF
 fi
 exit $FAILED

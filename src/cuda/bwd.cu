@@ -61,7 +61,6 @@ struct TmBwd {
 
   int kpad;
   RuntimeAct<M> act;
-  bool has_dy;  // false: dy absent, no dpre term anywhere (semantics §2)
   bool want_dw;
   A wp[WMAX][CH];
   A bs[CH];
@@ -81,32 +80,29 @@ struct TmBwd {
   template <bool OWN, bool FULL = false>
   __device__ __forceinline__ void step(const P& xv, const P& gv, bool in_seq, int skip,
                                        A (&dxo)[CH]) {
-    const bool dy_terms = FULL || has_dy;
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
       A cur = A(0), dp = A(0);
       if (in_seq) {
         cur = xv.get(c);
-        if (dy_terms) {
-          A pre = bs[c];  // same order as the forward (scaled: p = scale * pre)
+        A pre = bs[c];  // same order as the forward (scaled: p = scale * pre)
 #pragma unroll
-          for (int k = 0; k < H; ++k)
-            if (FULL || k >= kpad) pre = fma(wp[k][c], sl[k][c], pre);
-          pre = fma(wp[H][c], cur, pre);
-          dp = FULL ? FixedAct<M, Silu>().dgrad(gv.get(c), pre) : act.dgrad(gv.get(c), pre);
-        }
+        for (int k = 0; k < H; ++k)
+          if (FULL || k >= kpad) pre = fma(wp[k][c], sl[k][c], pre);
+        pre = fma(wp[H][c], cur, pre);
+        dp = FULL ? FixedAct<M, Silu>().dgrad(gv.get(c), pre) : act.dgrad(gv.get(c), pre);
       }
-      if (OWN && (FULL || (want_dw && has_dy))) {
+      if (OWN && (FULL || want_dw)) {
         db[c] += dp;
         dwp[H][c] = fma(dp, cur, dwp[H][c]);
 #pragma unroll
         for (int m = 0; m < H; ++m)
           if (FULL || m >= kpad) dwp[m][c] = fma(dp, sl[m][c], dwp[m][c]);
       }
-      A v = ((FULL || kpad == 0) && skip == 0 && dy_terms) ? wp[0][c] * dp : A(0);
+      A v = ((FULL || kpad == 0) && skip == 0) ? wp[0][c] * dp : A(0);
 #pragma unroll
       for (int m = 1; m <= H; ++m)
-        if ((FULL || m >= kpad) && m >= skip && dy_terms) v = fma(wp[m][c], dh[H - m][c], v);
+        if ((FULL || m >= kpad) && m >= skip) v = fma(wp[m][c], dh[H - m][c], v);
       dxo[c] = v;
 #pragma unroll
       for (int i = 0; i + 1 < H; ++i) {
@@ -118,7 +114,25 @@ struct TmBwd {
     }
   }
 
-  // dx tokens [t, e) of sequence q (channels d0 .. d0+CH).
+  // Without dy there is no dpre term (semantics §2): dx of tokens [t, e) is
+  // their dht term, or 0.
+  __device__ void dht_only(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
+                           int64_t e) {
+    if (!a.dx.p) return;
+    T* dp = static_cast<T*>(a.dx.p) + q.b * a.dx.s0 + d0 * a.dx.s2;
+    for (int64_t tok = t; tok < e; ++tok) {
+      A out[CH];
+#pragma unroll
+      for (int c = 0; c < CH; ++c)
+        out[c] = (a.dht.p && tok - q.s >= q.L - a.S)
+                     ? ld<A>(a.dht.p, a.dht.dt,
+                             n * a.dht.s0 + (d0 + c) * a.dht.s1 + (a.S + tok - q.s - q.L) * a.dht.s2)
+                     : A(0);
+      stp<T, CH>(dp + tok * a.dx.s1, P::make(out));
+    }
+  }
+
+  // dx tokens [t, e) of sequence q (channels d0 .. d0+CH); dy present.
   template <bool FULL>
   __device__ void segment(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
                           int64_t e) {
@@ -214,7 +228,6 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
   TmBwd<T, WMAX, CH> k;
   k.kpad = WMAX - a.W;
   k.act.id = a.act;
-  k.has_dy = a.dy.p != nullptr;
   k.want_dw = a.dweight.p != nullptr || a.dbias.p != nullptr;
   const A scale = A(k.act.scale());  // exact: 1, or 0.5 for the tanh forms
 #pragma unroll
@@ -245,7 +258,11 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
           k.template segment<true>(a, q, n, d0, t, e);
         });
     }
-    if (!full)
+    if (!a.dy.p)  // no dpre term: dx = dht terms, zero partials
+      for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
+        k.dht_only(a, q, n, d0, t, e);
+      });
+    else if (!full)
       for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
         k.template segment<false>(a, q, n, d0, t, e);
       });
@@ -313,7 +330,21 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   const T* gr = a.dy.p ? static_cast<const T*>(a.dy.p) + b * a.dy.s0 + d * a.dy.s2 : nullptr;
   T* dxr = a.dx.p ? static_cast<T*>(a.dx.p) + b * a.dx.s0 + d * a.dx.s2 : nullptr;
   const int64_t tend = (tile + 1) * a.tile_t < a.T ? (tile + 1) * a.tile_t : a.T;
-  for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; t0 < tend; t0 += 32 * VEC) {
+  // dht term of dx(t) (the last S tokens of the row)
+  auto dht_at = [&](int64_t t) {
+    return (a.dht.p && t >= a.T - a.S)
+               ? ld<A>(a.dht.p, a.dht.dt, b * a.dht.s0 + d * a.dht.s1 + (a.S + t - a.T) * a.dht.s2)
+               : A(0);
+  };
+  if (!has_dy) {  // no dpre term: dx = the dht terms, zero partials
+    for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; dxr && t0 < tend; t0 += 32 * VEC) {
+      A out[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) out[i] = dht_at(t0 + i);
+      stp<T, VEC>(dxr + t0, Pack<T, VEC>::make(out));
+    }
+  }
+  for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; has_dy && t0 < tend; t0 += 32 * VEC) {
     A u[H + VEC + H];  // u[H + i] = u(t0 + i), i in [-H, VEC + H)
     A g[VEC + H];      // g[i] = dy(t0 + i)
     const Pack<T, VEC> xv = ldp<T, VEC>(xr + t0);
@@ -342,7 +373,7 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
 #pragma unroll
     for (int i = 0; i < VEC + H; ++i) {
       A v = A(0);
-      if (has_dy && i < VEC + W - 1 && t0 + i < a.T) {
+      if (i < VEC + W - 1 && t0 + i < a.T) {
         A pre = bs;  // same order as the forward
 #pragma unroll
         for (int j = WMAX - 1; j >= 0; --j)
@@ -351,7 +382,7 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
       }
       dp[i] = v;
     }
-    if (want_dw && has_dy) {
+    if (want_dw) {
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         db += dp[i];
@@ -362,21 +393,21 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
     }
     if (dxr) {
       A out[VEC];
+      const bool row_end = t0 + VEC + H > a.T;  // dpre rows past the row's end: never formed
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         A v = A(0);
 #pragma unroll
-        for (int m = 0; m < WMAX; ++m)  // weight[W-1-m] * dpre(t + m), rows inside the sequence
-          if (m < W && has_dy && t0 + i + m < a.T) v = fma(wr[m], dp[i + m], v);
+        for (int m = 0; m < WMAX; ++m)  // weight[W-1-m] * dpre(t + m)
+          if (m < W && (!row_end || t0 + i + m < a.T)) v = fma(wr[m], dp[i + m], v);
         const int64_t t = t0 + i;
-        if (a.dht.p && t >= a.T - a.S)
-          v += ld<A>(a.dht.p, a.dht.dt, b * a.dht.s0 + d * a.dht.s1 + (a.S + t - a.T) * a.dht.s2);
+        if (a.dht.p && t >= a.T - a.S) v += dht_at(t);
         out[i] = v;
       }
       stp<T, VEC>(dxr + t0, Pack<T, VEC>::make(out));
     }
   }
-  if (!want_dw) return;
+  if (!want_dw) return;  // (uniform over the grid: the shuffles below see whole warps)
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
     db += __shfl_xor_sync(0xffffffffu, db, off);
