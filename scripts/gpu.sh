@@ -74,7 +74,8 @@ echo "==== summary ($(date -u +%FT%TZ), $(head -2 "$LOG/gpu.txt" | tail -1))"
 for s in build tests memcheck racecheck check bench base_build base_bench pytest pybench; do
   [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
 done
-grep -hE '^\[  FAILED  \]|Failure|rel err' "$LOG/tests.log" 2>/dev/null | head -20
+grep -hE '^\[  FAILED  \]' "$LOG/tests.log" 2>/dev/null | head -20
+grep -h -A12 'Failure' "$LOG/tests.log" 2>/dev/null | cut -c1-400 | head -60
 grep -hE 'ERROR SUMMARY|Race reports|RACECHECK SUMMARY' "$LOG/memcheck.log" "$LOG/racecheck.log" 2>/dev/null
 tail -n 1 "$LOG/pytest.log" 2>/dev/null
 [ -s "$LOG/pybench.log" ] && tail -n 12 "$LOG/pybench.log"

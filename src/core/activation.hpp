@@ -9,9 +9,12 @@
 //   M::exp(x)          e^x, with the backend's accuracy (+inf past its range)
 //   M::div(a, b)       a / b (CUDA fp32: a * rcp(b))
 //   M::fma(a, b, c)    a * b + c
-//   M::kTanhForm       true where tanh is the cheap primitive (CUDA 16-bit
-//                      activations: one MUFU.TANH): activations with a tanh
-//                      form are then evaluated on h = pre / 2
+//   M::kTanhForm       true where tanh is the cheap primitive: activations
+//                      with a tanh form are then evaluated on h = pre / 2
+//                      (one tanh instead of exp + division; only for a tanh
+//                      accurate near +-1, where 1 + tanh h cancels: every
+//                      backend's math today has it false, and the form is
+//                      tested on the host: activation_test.cpp)
 //   M::tanh(h)         tanh, only used when kTanhForm
 //
 // A policy provides

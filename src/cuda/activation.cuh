@@ -2,15 +2,15 @@
 // (core/activation.hpp), one per accumulation precision, and the choice of
 // one per activation dtype T.
 //
-// - MathF32 (fp32 activations): MUFU ex2 + rcp with flush-to-zero, a few ulp,
-//   far below the 1e-5 fp32 tolerance (the IEEE division was a ~15-instruction
-//   subroutine per element, the denormal handling of __expf three more).
-//   z -> +inf: 2^-inf flushes to 0, sigmoid 1; z -> -inf: rcp(inf) = 0.
-// - MathTanh (fp16 / bf16 activations): kTanhForm; one MUFU.TANH per element
-//   (relative error ~5e-4: below bf16's rounding unit 2^-8, about fp16's
-//   2^-11); the activations with a tanh form run on h = pre / 2, halving the
-//   MUFU work that bounded the 16-bit kernels.  Every path that writes a
-//   16-bit y uses it, so y is bitwise identical across paths and tilings.
+// - MathF32 (fp32, fp16 and bf16 activations): MUFU ex2 + rcp with
+//   flush-to-zero, a few ulp, far below every tolerance (the IEEE division was
+//   a ~15-instruction subroutine per element, the denormal handling of __expf
+//   three more).  z -> +inf: 2^-inf flushes to 0, sigmoid 1; z -> -inf:
+//   rcp(inf) = 0.  Accurate over the whole range, the negative tail included.
+//   (The 16-bit kernels used to evaluate SiLU's tanh form with one MUFU.TANH
+//   instead; tanh.approx's relative error of 2^-11 near -1 made
+//   silu(z) = h (1 + tanh h), h = z/2, wrong by up to 10% at z = -6 and by
+//   orders of magnitude further out, so they pay the second MUFU.)
 // - MathF64 (fp64 activations): exp and IEEE division.
 #pragma once
 
@@ -41,15 +41,6 @@ struct MathF32 {
   __device__ __forceinline__ static float tanh(float h) { return h; }  // (kTanhForm is false)
 };
 
-struct MathTanh : MathF32 {
-  static constexpr bool kTanhForm = true;
-  __device__ __forceinline__ static float tanh(float h) {
-    float t;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(h));
-    return t;
-  }
-};
-
 struct MathF64 {
   using V = double;
   static constexpr bool kTanhForm = false;
@@ -60,9 +51,9 @@ struct MathF64 {
   __device__ __forceinline__ static double tanh(double h) { return h; }
 };
 
-// The math of activation dtype T (the kernels' template parameter).
+// The math of activation dtype T (the kernels' template parameter): fp32 math
+// for every 32-bit accumulation, fp16 / bf16 included.
 template <class T>
-using MathOf = std::conditional_t<std::is_same_v<T, double>, MathF64,
-                                  std::conditional_t<sizeof(T) == 2, MathTanh, MathF32>>;
+using MathOf = std::conditional_t<std::is_same_v<T, double>, MathF64, MathF32>;
 
 }  // namespace shortconv::cuda

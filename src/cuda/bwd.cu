@@ -24,6 +24,8 @@
 //   recomputing dpre for the first W-1 tokens (zero-length sequences included).
 // - reduce_parts<A>: one thread per (channel, tap) sums the partial rows in
 //   index order and rounds once into dweight / dbias: deterministic.
+#include <algorithm>
+
 #include "cuda/activation.cuh"
 #include "cuda/common.cuh"
 #include "cuda/dispatch.cuh"
@@ -47,7 +49,7 @@ __device__ __forceinline__ A* part_at(const Args& a, int64_t row, int64_t d) {
 // complete once dpre(t') is known: the stream runs t' in [t, e + H).
 //
 // Weights and bias are scaled by the activation's scale on load (0.5 for the
-// tanh forms of 16-bit activations), so the tap sum is p = scale * pre and the
+// tanh form of an activation), so the tap sum is p = scale * pre and the
 // dpre kept in dh / summed into the partials is g = dpre / scale (the
 // activation policy's dgrad): dx = sum of (scale w)(dpre / scale) is
 // unchanged, and the partials are multiplied by scale once at the end.
@@ -57,7 +59,7 @@ struct TmBwd {
   using P = Pack<T, CH>;
   using M = MathOf<T>;
   static constexpr int H = WMAX - 1;
-  static constexpr bool kHalf = sizeof(T) == 2;
+  static constexpr bool k16Bit = sizeof(T) == 2;
 
   int kpad;
   RuntimeAct<M> act;
@@ -114,24 +116,6 @@ struct TmBwd {
     }
   }
 
-  // Without dy there is no dpre term (semantics §2): dx of tokens [t, e) is
-  // their dht term, or 0.
-  __device__ void dht_only(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
-                           int64_t e) {
-    if (!a.dx.p) return;
-    T* dp = static_cast<T*>(a.dx.p) + q.b * a.dx.s0 + d0 * a.dx.s2;
-    for (int64_t tok = t; tok < e; ++tok) {
-      A out[CH];
-#pragma unroll
-      for (int c = 0; c < CH; ++c)
-        out[c] = (a.dht.p && tok - q.s >= q.L - a.S)
-                     ? ld<A>(a.dht.p, a.dht.dt,
-                             n * a.dht.s0 + (d0 + c) * a.dht.s1 + (a.S + tok - q.s - q.L) * a.dht.s2)
-                     : A(0);
-      stp<T, CH>(dp + tok * a.dx.s1, P::make(out));
-    }
-  }
-
   // dx tokens [t, e) of sequence q (channels d0 .. d0+CH); dy present.
   template <bool FULL>
   __device__ void segment(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
@@ -139,36 +123,29 @@ struct TmBwd {
     const int64_t h0row = state_row(a.h0, a.h0_idx, n);
     const int64_t sx = a.x.s1, sg = a.dy.s1, sd = a.dx.s1;
     const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + d0 * a.x.s2;
-    const T* gp = a.dy.p ? static_cast<const T*>(a.dy.p) + q.b * a.dy.s0 + d0 * a.dy.s2 : nullptr;
+    const T* gp = static_cast<const T*>(a.dy.p) + q.b * a.dy.s0 + d0 * a.dy.s2;  // (dy present)
     T* dp = a.dx.p ? static_cast<T*>(a.dx.p) + q.b * a.dx.s0 + d0 * a.dx.s2 : nullptr;
     const P zero = P::zero();
+    load_window<T, CH>(a, q, h0row, xp, sx, d0, t, kpad, sl);
 #pragma unroll
-    for (int i = 0; i < H; ++i) {
-      const int64_t tok = t - H + i;
-      if (i >= kpad && tok >= q.s) {
-        const P v = ldp<T, CH>(xp + tok * sx);
-#pragma unroll
-        for (int c = 0; c < CH; ++c) sl[i][c] = v.get(c);
-      } else {
-#pragma unroll
-        for (int c = 0; c < CH; ++c)
-          sl[i][c] = i >= kpad ? load_u<A>(a, q, h0row, d0 + c, a.S + tok - q.s) : A(0);
-      }
+    for (int i = 0; i < H; ++i)
 #pragma unroll
       for (int c = 0; c < CH; ++c) dh[i][c] = A(0);
-    }
     const int64_t send = q.s + q.L, stop = e + H;
     const int64_t fast_begin = t + H;  // first t' whose dx token is in the tile
     const int64_t dht_from = send - a.S + H;  // first t' whose dx token takes dht
     const int64_t fast_end = e < dht_from ? e : dht_from;
-    // Generic step: any t' (look-ahead, warm-up, dht tokens, tails).
-    auto generic = [&](int64_t tp) {
-      const bool in_seq = tp < send;
+    // Generic step: any t' (look-ahead, warm-up, dht tokens, tails); PAST:
+    // t' >= send (look-ahead past the sequence's end: nothing loaded, the
+    // taps reading dpre rows past the end skipped).
+    auto generic = [&](int64_t tp, auto past) {
+      constexpr bool PAST = decltype(past)::value;
+      const bool in_seq = !PAST;
       const P xv = in_seq ? ldp<T, CH>(xp + tp * sx) : zero;
-      const P gv = (in_seq && gp) ? ldp<T, CH>(gp + tp * sg) : zero;
+      const P gv = in_seq ? ldp<T, CH>(gp + tp * sg) : zero;
       A dxo[CH];
-      const int skip = tp < send ? 0 : int(tp - send + 1 < WMAX ? tp - send + 1 : WMAX);
-      if (tp < e) step<true, FULL>(xv, gv, in_seq, skip, dxo);
+      const int skip = PAST ? int(tp - send + 1 < WMAX ? tp - send + 1 : WMAX) : 0;
+      if (!PAST && tp < e) step<true, FULL>(xv, gv, in_seq, skip, dxo);
       else step<false, FULL>(xv, gv, in_seq, skip, dxo);
       const int64_t tout = tp - H;
       if (!dp || tout < t) return;
@@ -184,7 +161,9 @@ struct TmBwd {
       stp<T, CH>(dp + tout * sd, P::make(out));
     };
     int64_t tp = t;
-    for (const int64_t w_end = fast_begin < stop ? fast_begin : stop; tp < w_end; ++tp) generic(tp);
+    const int64_t w_end = fast_begin < stop ? fast_begin : stop;
+    for (; tp < w_end && tp < send; ++tp) generic(tp, std::false_type{});
+    for (; tp < w_end; ++tp) generic(tp, std::true_type{});
     // Hot loop: own tokens, in sequence, dx out, no dht.  (No prefetch of the
     // next step here: its registers made ptxas spill at the 2-blocks/SM cap,
     // also in the FULL instance, tried with ping-pong buffers.)
@@ -204,7 +183,7 @@ struct TmBwd {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) xv[u] = ldp<T, CH>(xp + (tp + u) * sx);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) gv[u] = (FULL || gp) ? ldp<T, CH>(gp + (tp + u) * sg) : zero;
+      for (int u = 0; u < kUnroll; ++u) gv[u] = ldp<T, CH>(gp + (tp + u) * sg);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         A dxo[CH];
@@ -214,7 +193,8 @@ struct TmBwd {
         }
       }
     }
-    for (; tp < stop; ++tp) generic(tp);
+    for (; tp < stop && tp < send; ++tp) generic(tp, std::false_type{});
+    for (; tp < stop; ++tp) generic(tp, std::true_type{});
   }
 };
 
@@ -229,7 +209,7 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
   k.kpad = WMAX - a.W;
   k.act.id = a.act;
   k.want_dw = a.dweight.p != nullptr || a.dbias.p != nullptr;
-  const A scale = A(k.act.scale());  // exact: 1, or 0.5 for the tanh forms
+  const A scale = A(k.act.scale());  // exact: 1, or 0.5 for a tanh form (core/activation.hpp)
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
     const int64_t d = d0 + c;
@@ -248,7 +228,7 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
     int64_t b, tb, te;
     tile_range(a, tile, &b, &tb, &te);
     bool full = false;
-    if constexpr (CH > 1 && TmBwd<T, WMAX, CH>::kHalf) {  // the FULL instance (step())
+    if constexpr (CH > 1 && TmBwd<T, WMAX, CH>::k16Bit) {  // the FULL instance (step())
       // (Short tiles keep the generic instance: the FULL one measured slower
       // on them, its warm-up / look-ahead steps spill.)
       full = a.W == WMAX && a.act == SC_ACT_SILU && a.dx.p && a.dy.p && k.want_dw &&
@@ -258,11 +238,7 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
           k.template segment<true>(a, q, n, d0, t, e);
         });
     }
-    if (!a.dy.p)  // no dpre term: dx = dht terms, zero partials
-      for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
-        k.dht_only(a, q, n, d0, t, e);
-      });
-    else if (!full)
+    if (!full)
       for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
         k.template segment<false>(a, q, n, d0, t, e);
       });
@@ -311,8 +287,6 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   const int64_t row = wid / a.tiles_per_row, tile = wid - row * a.tiles_per_row;
   const int64_t b = row / a.D, d = row - b * a.D;
   const int W = a.W;
-  // No dy: no dpre term anywhere (semantics §2): dweight = dbias = 0, dx = the dht terms.
-  const bool has_dy = a.dy.p != nullptr;
   const bool want_dw = a.dweight.p || a.dbias.p;
   const RuntimeAct<MathOf<T>> act{a.act};
   const A scale = A(act.scale());  // p = scale * pre; dp = dpre / scale (see TmBwd)
@@ -327,37 +301,18 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   const Seq q{b, 0, a.T};
   const int64_t h0row = state_row(a.h0, a.h0_idx, b);
   const T* xr = static_cast<const T*>(a.x.p) + b * a.x.s0 + d * a.x.s2;
-  const T* gr = a.dy.p ? static_cast<const T*>(a.dy.p) + b * a.dy.s0 + d * a.dy.s2 : nullptr;
+  const T* gr = static_cast<const T*>(a.dy.p) + b * a.dy.s0 + d * a.dy.s2;
   T* dxr = a.dx.p ? static_cast<T*>(a.dx.p) + b * a.dx.s0 + d * a.dx.s2 : nullptr;
   const int64_t tend = (tile + 1) * a.tile_t < a.T ? (tile + 1) * a.tile_t : a.T;
-  // dht term of dx(t) (the last S tokens of the row)
-  auto dht_at = [&](int64_t t) {
-    return (a.dht.p && t >= a.T - a.S)
-               ? ld<A>(a.dht.p, a.dht.dt, b * a.dht.s0 + d * a.dht.s1 + (a.S + t - a.T) * a.dht.s2)
-               : A(0);
-  };
-  if (!has_dy) {  // no dpre term: dx = the dht terms, zero partials
-    for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; dxr && t0 < tend; t0 += 32 * VEC) {
-      A out[VEC];
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) out[i] = dht_at(t0 + i);
-      stp<T, VEC>(dxr + t0, Pack<T, VEC>::make(out));
-    }
-  }
-  for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; has_dy && t0 < tend; t0 += 32 * VEC) {
+  for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; t0 < tend; t0 += 32 * VEC) {
     A u[H + VEC + H];  // u[H + i] = u(t0 + i), i in [-H, VEC + H)
     A g[VEC + H];      // g[i] = dy(t0 + i)
     const Pack<T, VEC> xv = ldp<T, VEC>(xr + t0);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) u[H + i] = xv.get(i);
-    if (gr) {
-      const Pack<T, VEC> gv = ldp<T, VEC>(gr + t0);
+    const Pack<T, VEC> gv = ldp<T, VEC>(gr + t0);  // (dy present: no_dy handles its absence)
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) g[i] = gv.get(i);
-    } else {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) g[i] = A(0);
-    }
+    for (int i = 0; i < VEC; ++i) g[i] = gv.get(i);
 #pragma unroll
     for (int i = 0; i < H; ++i) {
       const int64_t tok = t0 - 1 - i;
@@ -367,7 +322,7 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
       const int64_t ta = t0 + VEC + i;
       const bool in = i < W - 1 && ta < a.T;
       u[H + VEC + i] = in ? to_f(xr[ta]) : A(0);
-      g[VEC + i] = (in && gr) ? to_f(gr[ta]) : A(0);
+      g[VEC + i] = in ? to_f(gr[ta]) : A(0);
     }
     A dp[VEC + H];
 #pragma unroll
@@ -393,21 +348,30 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
     }
     if (dxr) {
       A out[VEC];
-      const bool row_end = t0 + VEC + H > a.T;  // dpre rows past the row's end: never formed
+      // dpre rows past the row's end (i + m >= lim) are never formed; only a
+      // row's last chunk has such rows, and only it pays for the predicates
+      const int lim = t0 + VEC + H > a.T ? int(a.T - t0) : VEC + H;
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         A v = A(0);
+        if (lim == VEC + H) {
 #pragma unroll
-        for (int m = 0; m < WMAX; ++m)  // weight[W-1-m] * dpre(t + m)
-          if (m < W && (!row_end || t0 + i + m < a.T)) v = fma(wr[m], dp[i + m], v);
+          for (int m = 0; m < WMAX; ++m)  // weight[W-1-m] * dpre(t + m)
+            if (m < W) v = fma(wr[m], dp[i + m], v);
+        } else {
+#pragma unroll
+          for (int m = 0; m < WMAX; ++m)
+            if (m < W && i + m < lim) v = fma(wr[m], dp[i + m], v);
+        }
         const int64_t t = t0 + i;
-        if (a.dht.p && t >= a.T - a.S) v += dht_at(t);
+        if (a.dht.p && t >= a.T - a.S)
+          v += ld<A>(a.dht.p, a.dht.dt, b * a.dht.s0 + d * a.dht.s1 + (a.S + t - a.T) * a.dht.s2);
         out[i] = v;
       }
       stp<T, VEC>(dxr + t0, Pack<T, VEC>::make(out));
     }
   }
-  if (!want_dw) return;  // (uniform over the grid: the shuffles below see whole warps)
+  if (!want_dw) return;
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
     db += __shfl_xor_sync(0xffffffffu, db, off);
@@ -448,15 +412,12 @@ __device__ __forceinline__ A dpre_at(const Args& a, const Seq& q, int64_t h0row,
   return RuntimeAct<MathAcc<A>>{a.act}.dgrad(g, pre_at<A>(a, q, h0row, d, t));
 }
 
-// dpre[(b*T + t) * D + d] for every token (launched only when dy is present).
+// dpre[(b*T + t) * D + d] for every token.
 template <class A>
 __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBlocksPerSm)
     dpre_general(const Args a) {
-  const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
-  const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (tile >= a.ntiles || d >= a.D) return;
-  int64_t b, tb, te;
-  tile_range(a, tile, &b, &tb, &te);
+  int64_t tile, d, b, tb, te;
+  if (!general_coords(a, &tile, &d, &b, &tb, &te)) return;
   A* dp = static_cast<A*>(a.dpre);
   for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
     const int64_t h0row = state_row(a.h0, a.h0_idx, n);
@@ -465,18 +426,13 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
   });
 }
 
-// Per (channel, tile): the dweight / dbias partial row, then dx.  Without dy
-// there is no dpre term: zero partials, dx = the dht terms.
+// Per (channel, tile): the dweight / dbias partial row, then dx.
 template <class A>
 __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBlocksPerSm)
     bwd_general(const Args a) {
-  const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
-  const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (tile >= a.ntiles || d >= a.D) return;
+  int64_t tile, d, b, tb, te;
+  if (!general_coords(a, &tile, &d, &b, &tb, &te)) return;
   const bool want_dw = a.dweight.p || a.dbias.p;
-  const bool has_dy = a.dy.p != nullptr;
-  int64_t b, tb, te;
-  tile_range(a, tile, &b, &tb, &te);
   const A* dp = static_cast<const A*>(a.dpre);
   A* dst = want_dw ? part_at<A>(a, tile, d) : nullptr;
   // k == W: dbias; k < W: dweight[k]; then dx (k == W+1).
@@ -488,14 +444,13 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
       const int64_t h0row = state_row(a.h0, a.h0_idx, n);
       for (int64_t tok = t; tok < e; ++tok) {
         if (k < a.W) {
-          if (has_dy)
-            acc = fma(dp[(rowoff + tok) * a.D + d],
+          acc = fma(dp[(rowoff + tok) * a.D + d],
                       load_u<A>(a, q, h0row, d, a.S - (a.W - 1) + (tok - q.s) + k), acc);
         } else if (k == a.W) {
-          if (has_dy) acc += dp[(rowoff + tok) * a.D + d];
+          acc += dp[(rowoff + tok) * a.D + d];
         } else {
           A v = A(0);
-          for (int kk = 0; kk < a.W && has_dy; ++kk) {
+          for (int kk = 0; kk < a.W; ++kk) {
             const int64_t src = tok + (a.W - 1) - kk;
             if (src < send)
               v = fma(ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + kk * a.weight.s1),
@@ -544,6 +499,28 @@ __global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocks
   }
 }
 
+// ---- no dy -------------------------------------------------------------------------------
+
+// Without dy there is no dpre term (semantics §2): dx is its dht term (the
+// last S tokens of a sequence) or 0; dweight = dbias = 0 (reduce_parts over no
+// partial rows) and dh0 the dht pass-through (state_bwd).  A grid-stride loop
+// over (token, channel), consecutive threads on consecutive channels.
+template <class A>
+__global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocksPerSm)
+    dx_from_dht(const Args a) {
+  const int64_t count = a.B * a.T * a.D;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t d = i % a.D, bt = i / a.D, tok = bt % a.T, b = bt / a.T;
+    const int64_t n = a.packed ? find_seq(a, tok) : b;
+    const Seq q = seq_of(a, n);
+    A v = A(0);
+    if (a.dht.p && tok - q.s >= q.L - a.S)
+      v = ld<A>(a.dht.p, a.dht.dt, n * a.dht.s0 + d * a.dht.s1 + (a.S + tok - q.s - q.L) * a.dht.s2);
+    st<A>(a.dx.p, a.dx.dt, q.b * a.dx.s0 + tok * a.dx.s1 + d * a.dx.s2, v);
+  }
+}
+
 // ---- deterministic reduction of the partials ---------------------------------------------
 
 template <class A>
@@ -565,46 +542,28 @@ __global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocks
 
 // ---- launches -----------------------------------------------------------------------
 
-// The main kernel(s) of pl.path for activation type T.
-template <class T>
-cudaError_t launch_main(const Plan& pl, const Args& a, bool has_dy, Launch* l) {
-  constexpr bool f64 = std::is_same_v<T, double>;
-  using A = acc_t<T>;
-  bool found = false;
-  cudaError_t e = cudaSuccess;
-  switch (pl.path) {
-    case Path::token_major_vec:
-      found = with_wmax<SC_TM_VEC_WMAX>(pl.wmax, [&](auto wm) {
-        constexpr int CH = tm_vec_channels(sizeof(T), decltype(wm)::value);
-        if constexpr (CH > 1 && !f64) e = l->main("bwd_tm(vector)", bwd_tm<T, decltype(wm)::value, CH>, pl, a);
-        else e = l->no_instance("bwd_tm(vector)");
-      });
-      break;
-    case Path::token_major_scalar:
-      found = with_wmax<SC_NARROW_WMAX>(pl.wmax, [&](auto wm) {
-        e = l->main("bwd_tm(scalar)", bwd_tm<T, decltype(wm)::value, 1>, pl, a);
-      });
-      break;
-    case Path::channel_major:
-      found = with_wmax<SC_NARROW_WMAX>(pl.wmax, [&](auto wm) {
-        if constexpr (!f64) e = l->main("bwd_cm", bwd_cm<T, decltype(wm)::value>, pl, a);
-        else e = l->no_instance("bwd_cm");
-      });
-      break;
-    case Path::general:
-      found = true;
-      if (has_dy) e = l->main("dpre_general", dpre_general<A>, pl, a);
-      if (e == cudaSuccess) e = l->main("bwd_general", bwd_general<A>, pl, a);
-      break;
+// The backward's main kernels (dy present), for launch_path (dispatch.cuh).
+struct BwdKernels {
+  template <class T, int WMAX, int CH>
+  static cudaError_t tm(const Plan& pl, const Args& a, Launch* l) {
+    return l->main(CH > 1 ? "bwd_tm(vector)" : "bwd_tm(scalar)", bwd_tm<T, WMAX, CH>, pl, a);
   }
-  return found ? e : l->no_instance(path_name(pl.path));
-}
+  template <class T, int WMAX>
+  static cudaError_t cm(const Plan& pl, const Args& a, Launch* l) {
+    return l->main("bwd_cm", bwd_cm<T, WMAX>, pl, a);
+  }
+  template <class A>
+  static cudaError_t general(const Plan& pl, const Args& a, Launch* l) {
+    const cudaError_t e = l->main("dpre_general", dpre_general<A>, pl, a);
+    return e != cudaSuccess ? e : l->main("bwd_general", bwd_general<A>, pl, a);
+  }
+};
 
-// dweight / dbias from the partial rows, then dh0.
+// dweight / dbias from `parts` partial rows, then dh0.
 template <class A>
-cudaError_t launch_rest(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
+cudaError_t launch_rest(const Problem& p, int64_t parts, const Args& a, Launch* l) {
   if ((p.dweight || p.dbias) && p.D > 0) {
-    const cudaError_t e = l->small("reduce_parts", reduce_parts<A>, p.D * (p.W + 1), a, pl.parts);
+    const cudaError_t e = l->small("reduce_parts", reduce_parts<A>, p.D * (p.W + 1), a, parts);
     if (e != cudaSuccess) return e;
   }
   if (p.dh0 && p.N > 0 && p.D > 0 && p.S > 0) return l->small("state_bwd", state_bwd<A>, p.N * p.D, a);
@@ -616,11 +575,20 @@ cudaError_t launch_rest(const Problem& p, const Plan& pl, const Args& a, Launch*
 cudaError_t launch_bwd(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
   return with_act_type(p.act_dtype, [&](auto t) {
     using T = typename decltype(t)::type;
+    const int64_t tokens = p.B * p.T * p.D;
+    if (!p.dy) {  // no dpre term anywhere: dx = dht terms, zero parameter gradients
+      if (p.dx && tokens > 0) {
+        const cudaError_t e = l->small("dx_from_dht", dx_from_dht<acc_t<T>>,
+                                       std::min<int64_t>(tokens, SmallTraits::kMaxGridThreads), a);
+        if (e != cudaSuccess) return e;
+      }
+      return launch_rest<acc_t<T>>(p, 0, a, l);
+    }
     if ((p.dx || p.dweight || p.dbias) && pl.ntiles > 0 && p.D > 0) {
-      const cudaError_t e = launch_main<T>(pl, a, bool(p.dy), l);
+      const cudaError_t e = launch_path<BwdKernels, T>(pl, a, l);
       if (e != cudaSuccess) return e;
     }
-    return launch_rest<acc_t<T>>(p, pl, a, l);
+    return launch_rest<acc_t<T>>(p, pl.parts, a, l);
   });
 }
 

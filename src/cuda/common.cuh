@@ -258,6 +258,41 @@ __device__ __forceinline__ void tile_range(const Args& a, int64_t tile, int64_t*
   *te = e < a.T ? e : a.T;
 }
 
+// The sliding window before token t of sequence q, for the token-major
+// kernels: sl[i][c] = u(t - H + i) of channel d0 + c, H = WMAX - 1 registers
+// padded at the front (taps i < kpad = WMAX - W are never used: 0); x rows
+// as CH-wide vectors, positions before the sequence from its h0 row (or 0).
+template <class T, int CH, int H, class A>
+__device__ __forceinline__ void load_window(const Args& a, const Seq& q, int64_t h0row,
+                                            const T* xp, int64_t sx, int64_t d0, int64_t t,
+                                            int kpad, A (&sl)[H][CH]) {
+#pragma unroll
+  for (int i = 0; i < H; ++i) {
+    const int64_t tok = t - H + i;
+    if (i >= kpad && tok >= q.s) {
+      const Pack<T, CH> v = ldp<T, CH>(xp + tok * sx);
+#pragma unroll
+      for (int c = 0; c < CH; ++c) sl[i][c] = v.get(c);
+    } else {
+#pragma unroll
+      for (int c = 0; c < CH; ++c)
+        sl[i][c] = i >= kpad ? load_u<A>(a, q, h0row, d0 + c, a.S + tok - q.s) : A(0);
+    }
+  }
+}
+
+// The general path's thread coordinates: tile (grid.x x block.y), channel d
+// (grid.y x block.x) and the tile's batch row and tokens; false when the
+// thread has no (tile, channel).
+__device__ __forceinline__ bool general_coords(const Args& a, int64_t* tile, int64_t* d, int64_t* b,
+                                               int64_t* tb, int64_t* te) {
+  *tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
+  *d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (*tile >= a.ntiles || *d >= a.D) return false;
+  tile_range(a, *tile, b, tb, te);
+  return true;
+}
+
 // The tile walker every tiled kernel uses: calls seg(q, n, t, e) for each
 // sequence n with tokens in tile [tb, te) of batch row b, in order, with
 // [t, e) the part of the tile inside it (a packed tile may span several

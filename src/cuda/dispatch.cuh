@@ -97,6 +97,44 @@ struct Launch {
   }
 };
 
+// The main kernel(s) of pl.path for activation type T, for one direction:
+// K supplies, as static member templates returning K's launch result,
+//   tm<T, WMAX, CH>(pl, a, l)   token-major (CH > 1: vector path, 1: scalar)
+//   cm<T, WMAX>(pl, a, l)       channel-major
+//   general<A>(pl, a, l)        W > kMaxFastW
+// and this picks the instance the plan names (or reports none).
+template <class K, class T>
+cudaError_t launch_path(const Plan& pl, const Args& a, Launch* l) {
+  constexpr bool f64 = std::is_same_v<T, double>;
+  bool found = false;
+  cudaError_t e = cudaSuccess;
+  switch (pl.path) {
+    case Path::token_major_vec:
+      found = with_wmax<SC_TM_VEC_WMAX>(pl.wmax, [&](auto wm) {
+        constexpr int W = decltype(wm)::value, CH = tm_vec_channels(sizeof(T), W);
+        if constexpr (CH > 1 && !f64) e = K::template tm<T, W, CH>(pl, a, l);
+        else e = l->no_instance("token-major vector (fp64 or one channel)");
+      });
+      break;
+    case Path::token_major_scalar:
+      found = with_wmax<SC_NARROW_WMAX>(pl.wmax, [&](auto wm) {
+        e = K::template tm<T, decltype(wm)::value, 1>(pl, a, l);
+      });
+      break;
+    case Path::channel_major:
+      found = with_wmax<SC_NARROW_WMAX>(pl.wmax, [&](auto wm) {
+        if constexpr (!f64) e = K::template cm<T, decltype(wm)::value>(pl, a, l);
+        else e = l->no_instance("channel-major (fp64)");
+      });
+      break;
+    case Path::general:
+      found = true;
+      e = K::template general<acc_t<T>>(pl, a, l);
+      break;
+  }
+  return found ? e : l->no_instance(path_name(pl.path));
+}
+
 // Kernels of each direction (fwd.cu, bwd.cu).
 cudaError_t launch_fwd(const Problem& p, const Plan& pl, const Args& a, Launch* l);
 cudaError_t launch_bwd(const Problem& p, const Plan& pl, const Args& a, Launch* l);

@@ -55,7 +55,7 @@ struct TmFwd {
   using P = Pack<T, CH>;
   using M = MathOf<T>;
   static constexpr int H = WMAX - 1;  // window registers: sl[i] = u(t - H + i)
-  static constexpr bool kHalf = sizeof(T) == 2;
+  static constexpr bool k16Bit = sizeof(T) == 2;
   static_assert(WMAX >= 2, "window of at least one past input");
 
   int kpad;
@@ -97,24 +97,12 @@ struct TmFwd {
                                      d0 * a.residual.s2
                                : nullptr;
     T* yp = static_cast<T*>(a.y.p) + q.b * a.y.s0 + d0 * a.y.s2;
-#pragma unroll
-    for (int i = 0; i < H; ++i) {
-      const int64_t tok = t - H + i;
-      if (i >= kpad && tok >= q.s) {
-        const P v = ldp<T, CH>(xp + tok * sx);
-#pragma unroll
-        for (int c = 0; c < CH; ++c) sl[i][c] = v.get(c);
-      } else {
-#pragma unroll
-        for (int c = 0; c < CH; ++c)
-          sl[i][c] = i >= kpad ? load_u<A>(a, q, h0row, d0 + c, a.S + tok - q.s) : A(0);
-      }
-    }
+    load_window<T, CH>(a, q, h0row, xp, sx, d0, t, kpad, sl);
     const int64_t tok = t;
     const T* xq = xp + tok * sx;
     const T* rq = rp ? rp + tok * sr : nullptr;
     T* yq = yp + tok * sy;
-    if constexpr (!kHalf) {
+    if constexpr (!k16Bit) {
       stream_copy<FULL>(xq, rq, yq, sx, sr, sy, e - tok);
     } else if constexpr (FULL) {  // residual presence compile-time too: no dead unpack/add
       if (rp) stream<true, kResOn>(xq, rq, yq, sx, sr, sy, e - tok);
@@ -162,6 +150,13 @@ struct TmFwd {
         yq += U * sy;
       }
     }
+    tail<FULL>(xq, rq, yq, sx, sr, sy, len, res);
+  }
+
+  // The last len (< U) tokens, one at a time.
+  template <bool FULL>
+  __device__ __forceinline__ void tail(const T* xq, const T* rq, T* yq, int64_t sx, int64_t sr,
+                                       int64_t sy, int64_t len, bool res) {
     for (; len > 0; --len) {
       const P xv = ldp<T, CH>(xq);
       P rv = P::zero();
@@ -239,15 +234,7 @@ struct TmFwd {
         if (!more) break;
       }
     }
-    for (; len > 0; --len) {
-      const P xv = ldp<T, CH>(xq);
-      P rv = P::zero();
-      if (res) rv = ldp<T, CH>(rq);
-      stp<T, CH>(yq, step<FULL>(xv, rv, res));
-      xq += sx;
-      if (res) rq += sr;
-      yq += sy;
-    }
+    tail<FULL>(xq, rq, yq, sx, sr, sy, len, res);
   }
 };
 
@@ -260,7 +247,7 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
   TmFwd<T, WMAX, CH> k;
   k.kpad = WMAX - a.W;
   k.act.id = a.act;
-  const A scale = A(k.act.scale());  // exact: 1 or 0.5 (the tanh forms)
+  const A scale = A(k.act.scale());  // exact: 1, or 0.5 for a tanh form (core/activation.hpp)
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
     const int64_t d = d0 + c;
@@ -274,7 +261,7 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
   int64_t b, tb, te;
   tile_range(a, tile, &b, &tb, &te);
   // The full-window SiLU instance only for the vector kernels (nvcc time).
-  if constexpr (CH > 1 && TmFwd<T, WMAX, CH>::kHalf) {  // (fp32: spilled)
+  if constexpr (CH > 1 && TmFwd<T, WMAX, CH>::k16Bit) {  // (fp32: spilled)
     if (a.W == WMAX && a.act == SC_ACT_SILU) {
       for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
         k.template segment<true>(a, q, n, d0, t, e);
@@ -303,7 +290,7 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   const int64_t b = row / a.D, d = row - b * a.D;
   const int W = a.W;
   const RuntimeAct<M> act{a.act};
-  const A scale = A(act.scale());  // 1, or 0.5 for the tanh forms
+  const A scale = A(act.scale());  // 1, or 0.5 for a tanh form
   A wr[WMAX];
 #pragma unroll
   for (int j = 0; j < WMAX; ++j)
@@ -352,13 +339,10 @@ template <class A>
 __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBlocksPerSm)
     fwd_general(const Args a) {
   using M = std::conditional_t<std::is_same_v<A, double>, MathF64, MathF32>;
-  const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
-  const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (tile >= a.ntiles || d >= a.D) return;
-  const RuntimeAct<M> act{a.act};  // (fp32 math for every 32-bit accumulation: scale 1)
+  int64_t tile, d, b, tb, te;
+  if (!general_coords(a, &tile, &d, &b, &tb, &te)) return;
+  const RuntimeAct<M> act{a.act};  // (scale 1: the general path never pre-scales)
   const A bs = a.bias.p ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
-  int64_t b, tb, te;
-  tile_range(a, tile, &b, &tb, &te);
   for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
     const int64_t h0row = state_row(a.h0, a.h0_idx, n);
     for (int64_t tok = t; tok < e; ++tok) {
@@ -397,45 +381,28 @@ __global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocks
 
 // ---- launches -----------------------------------------------------------------------
 
-// The main kernel of pl.path for activation type T.
-template <class T>
-cudaError_t launch_main(const Plan& pl, const Args& a, Launch* l) {
-  constexpr bool f64 = std::is_same_v<T, double>;
-  bool found = false;
-  cudaError_t e = cudaSuccess;
-  switch (pl.path) {
-    case Path::token_major_vec:
-      found = with_wmax<SC_TM_VEC_WMAX>(pl.wmax, [&](auto wm) {
-        constexpr int CH = tm_vec_channels(sizeof(T), decltype(wm)::value);
-        if constexpr (CH > 1 && !f64) e = l->main("fwd_tm(vector)", fwd_tm<T, decltype(wm)::value, CH>, pl, a);
-        else e = l->no_instance("fwd_tm(vector)");
-      });
-      break;
-    case Path::token_major_scalar:
-      found = with_wmax<SC_NARROW_WMAX>(pl.wmax, [&](auto wm) {
-        e = l->main("fwd_tm(scalar)", fwd_tm<T, decltype(wm)::value, 1>, pl, a);
-      });
-      break;
-    case Path::channel_major:
-      found = with_wmax<SC_NARROW_WMAX>(pl.wmax, [&](auto wm) {
-        if constexpr (!f64) e = l->main("fwd_cm", fwd_cm<T, decltype(wm)::value>, pl, a);
-        else e = l->no_instance("fwd_cm");
-      });
-      break;
-    case Path::general:
-      found = true;
-      e = l->main("fwd_general", fwd_general<acc_t<T>>, pl, a);
-      break;
+// The forward's kernels, for launch_path (dispatch.cuh).
+struct FwdKernels {
+  template <class T, int WMAX, int CH>
+  static cudaError_t tm(const Plan& pl, const Args& a, Launch* l) {
+    return l->main(CH > 1 ? "fwd_tm(vector)" : "fwd_tm(scalar)", fwd_tm<T, WMAX, CH>, pl, a);
   }
-  return found ? e : l->no_instance(path_name(pl.path));
-}
+  template <class T, int WMAX>
+  static cudaError_t cm(const Plan& pl, const Args& a, Launch* l) {
+    return l->main("fwd_cm", fwd_cm<T, WMAX>, pl, a);
+  }
+  template <class A>
+  static cudaError_t general(const Plan& pl, const Args& a, Launch* l) {
+    return l->main("fwd_general", fwd_general<A>, pl, a);
+  }
+};
 
 }  // namespace
 
 cudaError_t launch_fwd(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
   if (p.y && pl.ntiles > 0 && p.D > 0) {
     const cudaError_t e =
-        with_act_type(p.act_dtype, [&](auto t) { return launch_main<typename decltype(t)::type>(pl, a, l); });
+        with_act_type(p.act_dtype, [&](auto t) { return launch_path<FwdKernels, typename decltype(t)::type>(pl, a, l); });
     if (e != cudaSuccess) return e;
   }
   if (p.ht && p.N > 0 && p.D > 0 && p.S > 0) return l->small("state_fwd", state_fwd, p.N * p.D, a);

@@ -83,7 +83,7 @@ struct TmTraits {
 // consecutive tokens (one 16-byte vector) per step.
 struct CmTraits {
   static constexpr int kThreads = 256;
-  static constexpr int kMinBlocksPerSm = 1;         // no register cap
+  static constexpr int kMinBlocksPerSm = 0;         // no register cap (0: unspecified; 1 made ptxas use more registers)
   // Residency assumed for wave sizing (measured: 2 blocks/SM).
   static constexpr int kResidentThreads = 2 * kThreads;
   static constexpr int kWarp = 32;
@@ -95,17 +95,19 @@ struct CmTraits {
 // (channel, tile); block shape as the token-major path with one channel per thread.
 struct GeneralTraits {
   static constexpr int kThreads = TmTraits::kThreads;
-  static constexpr int kMinBlocksPerSm = 1;
+  static constexpr int kMinBlocksPerSm = 0;  // no register cap
 };
 
 // state_fwd / state_bwd / reduce_parts: one thread per (sequence, channel)
 // or (channel, tap); small launches.
 struct SmallTraits {
   static constexpr int kThreads = 128;
-  static constexpr int kMinBlocksPerSm = 1;
+  static constexpr int kMinBlocksPerSm = 0;  // no register cap
   // state_bwd keeps the dpre of a sequence's first kDpreCache tokens (W <= 17
   // never recomputes one).
   static constexpr int kDpreCache = 16;
+  // Grid-stride kernels (dx_from_dht) launch at most this many threads.
+  static constexpr int64_t kMaxGridThreads = int64_t(1) << 22;
   static_assert(kDpreCache >= kMaxFastW, "the fast paths' windows fit the cache");
 };
 

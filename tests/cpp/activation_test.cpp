@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/activation.hpp"
 #include "harness/harness.hpp"
 
 namespace {
@@ -173,6 +174,45 @@ TEST_P(ActivationRange, NonFiniteWeightsMeetOnlyRealTerms) {
           EXPECT_EQ(why, "") << c.describe();
           ++cases;
         }
+}
+
+// The policies' tanh forms (core/activation.hpp: evaluated on h = pre / 2 by
+// a math with kTanhForm) agree with the exp forms and the definition; host
+// math in double, so only the algebra is tested.
+struct HostMath {
+  using V = double;
+  static constexpr bool kTanhForm = false;
+  static double one() { return 1.0; }
+  static double exp(double x) { return std::exp(x); }
+  static double div(double a, double b) { return a / b; }
+  static double fma(double a, double b, double c) { return std::fma(a, b, c); }
+  static double tanh(double h) { return std::tanh(h); }
+};
+struct HostTanhMath : HostMath {
+  static constexpr bool kTanhForm = true;
+};
+
+TEST(ActivationPolicy, TanhFormsAgreeWithTheDefinition) {
+  using shortconv::Activations;
+  using shortconv::with_activation;
+  for (int id = 0; id < Activations::kCount; ++id)
+    with_activation(id, [&](auto a) {
+      using P = decltype(a);
+      const double s = P::template scale<HostTanhMath>();
+      EXPECT_EQ(P::template scale<HostMath>(), 1.f) << P::kName;
+      for (double z = -30; z <= 30; z += 0.37) {
+        const double y = P::template value<HostMath>(z), yt = P::template value<HostTanhMath>(s * z);
+        const double g = P::template dgrad<HostMath>(1.0, z);
+        const double gt = s * P::template dgrad<HostTanhMath>(1.0, s * z);  // dgrad = dpre / scale
+        EXPECT_NEAR(yt, y, 1e-12 * (1 + std::fabs(y))) << P::kName << " z=" << z;
+        EXPECT_NEAR(gt, g, 1e-12 * (1 + std::fabs(g))) << P::kName << " z=" << z;
+        if (id == SC_ACT_SILU) {  // the definition, written out
+          EXPECT_NEAR(y, z / (1 + std::exp(-z)), 1e-14 * (1 + std::fabs(z)));
+          const double sg = 1 / (1 + std::exp(-z));
+          EXPECT_NEAR(g, sg * (1 + z * (1 - sg)), 1e-14);
+        }
+      }
+    });
 }
 
 std::string backend_param_name(const ::testing::TestParamInfo<sc_backend>& info) {
