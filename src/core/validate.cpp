@@ -110,6 +110,13 @@ sc_status check_batch(Call& k) {
 }
 
 // ---- weight, bias ---------------------------------------------------------------
+// An optional [D] vector in the weight's dtype: bias, dbias.
+bool check_param_vec(Call& k, const char* name, const sc_tensor& t) {
+  return !present(t) || (k.c.basic(name, t, 1, 1) &&
+                         k.c.same_dtype(name, t, k.P, "weight's dtype") &&
+                         k.c.shape_is(name, t, {k.D}, "= [D]"));
+}
+
 sc_status check_params(Call& k) {
   const sc_conv_args& a = k.a;
   Checker& c = k.c;
@@ -119,11 +126,7 @@ sc_status check_params(Call& k) {
       !c.shape_is("weight", a.weight, {k.D, k.W}, "= [D, W] (D from x, W = width)"))
     return c.status;
   k.P = sc_dtype(a.weight.dtype);
-  if (present(a.bias) &&
-      (!c.basic("bias", a.bias, 1, 1) || !c.same_dtype("bias", a.bias, k.P, "weight's dtype") ||
-       !c.shape_is("bias", a.bias, {k.D}, "= [D]")))
-    return c.status;
-  return SC_OK;
+  return check_param_vec(k, "bias", a.bias) ? SC_OK : c.status;
 }
 
 // ---- state length and dtype -------------------------------------------------------
@@ -269,11 +272,7 @@ sc_status check_act_like(Call& k) {
        !c.same_dtype("dweight", a.dweight, k.P, "weight's dtype") ||
        !c.shape_is("dweight", a.dweight, {k.D, k.W}, "= [D, W] like weight")))
     return c.status;
-  if (present(a.dbias) &&
-      (!c.basic("dbias", a.dbias, 1, 1) || !c.same_dtype("dbias", a.dbias, k.P, "weight's dtype") ||
-       !c.shape_is("dbias", a.dbias, {k.D}, "= [D]")))
-    return c.status;
-  return SC_OK;
+  return check_param_vec(k, "dbias", a.dbias) ? SC_OK : c.status;
 }
 
 // ---- cu_seqlens contents (host memory only; the CUDA backend clamps) ------------------
