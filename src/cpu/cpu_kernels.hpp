@@ -19,8 +19,9 @@
 // Ownership: a piece (n, [tb, te)) of a tile writes y[tb..te) (forward) or
 // dx[tb..te) (backward) for the tile's channels, and dh0 of sequence n when
 // tb == 0 (the piece that starts the sequence; it alone computes dpre[0..W-2]
-// with its own halo).  A backward piece recomputes pre/dpre for the W-1 rows
-// after te (never writes them), so any tile_t >= 1 gives the same sums.
+// with its own halo).  A backward piece recomputes pre/dpre for the rows
+// after te that its dx needs (at most W-1, never past the sequence end) and
+// writes no output for them, so any tile_t >= 1 gives the same sums.
 //
 // Loop order: time rows outside, vectors of L channels inside, so each tile
 // row is one contiguous run per tensor and every cache line is consumed once.
