@@ -11,13 +11,15 @@
 // fwd+bwd is one forward plus one backward call (dx, dweight, dbias; dh0 when
 // the case has states).  Small cases rotate over several copies of their
 // buffers so they are not timed out of cache.
-//   CPU:  steady_clock per call, one warm-up, median; copy: multi-threaded memcpy.
-//   CUDA: GPU time per call: the calls (rotating over the copies, at least
-//         kGraphCalls of them) are captured once into a CUDA graph whose
-//         replays are timed with cudaEvents (median), divided by the number
-//         of calls — so host-side launch cost does not hide in small shapes
-//         (it is reported separately as *_call_us: one eager call between
-//         events).  Copy: cudaMemcpyAsync device-to-device.
+//   host backends: steady_clock per call, one warm-up, median; copy:
+//                  multi-threaded memcpy.
+//   a GPU (CUDA):  GPU time per call: the calls (rotating over the copies, at
+//                  least kGraphCalls of them) are captured once into a CUDA
+//                  graph whose replays are timed with cudaEvents (median),
+//                  divided by the number of calls — so host-side launch cost
+//                  does not hide in small shapes (it is reported separately
+//                  as *_call_us: one eager call between events).  Copy:
+//                  cudaMemcpyAsync device-to-device.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -66,22 +68,22 @@ struct Result {
   std::string error;
 };
 
-// Bench policy: how long and how often each measurement runs.
-struct Policy {
+// How long and how often each measurement runs.
+struct Timing {
   int min_reps;            // timed repetitions at least (after warm-up)
   int max_reps;            // ... and at most
   double budget_s;         // stop after min_reps once this much time was spent
   int64_t rotate_bytes;    // rotate buffer copies until the working set reaches this
   int max_copies;          // ... with at most this many copies
 };
-constexpr Policy kCpuPolicy = {5, 50, 0.5, int64_t(128) << 20, 8};
-constexpr Policy kCudaPolicy = {30, 300, 0.5, int64_t(256) << 20, 16};
+constexpr Timing kHostTiming = {5, 50, 0.5, int64_t(128) << 20, 8};
+constexpr Timing kDeviceTiming = {30, 300, 0.5, int64_t(256) << 20, 16};
 constexpr int kGraphCalls = 8;  // CUDA: calls per captured graph (at least; a multiple of the copies)
-static_assert(kCpuPolicy.min_reps >= 1 && kCudaPolicy.min_reps >= 1, "at least one timed rep");
+static_assert(kHostTiming.min_reps >= 1 && kDeviceTiming.min_reps >= 1, "at least one timed rep");
 
 void usage(FILE* f) {
   std::fprintf(f,
-               "usage: shortconv bench [--backend cpu|cuda|ref] [--json] [options]\n"
+               "usage: shortconv bench [--backend %s] [--json] [options]\n"
                "\n"
                "Times the forward and forward+backward (one forward plus one backward call with\n"
                "dx, dweight, dbias, and dh0 when the case has states) on default shapes, W=4,\n"
@@ -98,7 +100,7 @@ void usage(FILE* f) {
                "        channel-major, W=8 and fp32\n"
                "\n"
                "options:\n"
-               "  --backend B     cpu (default), cuda or ref\n"
+               "  --backend B     %s (default %s)\n"
                "  --json          one JSON object {backend, copy_GBps, results: [{shape, dtype,\n"
                "                  fwd_us, fwdbwd_us, fwd_frac, fwdbwd_frac, ...}]}\n"
                "  --shape BxTxD   bench this dense shape instead of the defaults\n"
@@ -107,8 +109,10 @@ void usage(FILE* f) {
                "  --dtype D       bf16, fp16, fp32, fp64 or all (default: bf16 and fp32)\n"
                "  --width W       convolution width (default 4)\n"
                "  --layout L      token (default) or channel (channel-major [B, D, T])\n"
-               "  --reps N        timed repetitions at least (default cpu 5, cuda 50)\n"
-               "  --threads N     CPU threads for the backend and the copy (default: all)\n");
+               "  --reps N        timed repetitions at least (default %d on the host, %d on a GPU)\n"
+               "  --threads N     CPU threads for the backend and the copy (default: all)\n",
+               backend_names("|", "|").c_str(), backend_names(", ", " or ").c_str(),
+               sc_backend_name(SC_BACKEND_CPU), kHostTiming.min_reps, kDeviceTiming.min_reps);
 }
 
 bool parse_shape(const std::string& s, int64_t* B, int64_t* T, int64_t* D) {
@@ -177,8 +181,8 @@ double median(std::vector<double> v) {
 }
 
 // Median of timed(i) (i = rep index, for rotation; returns microseconds)
-// after one warm-up call, repeated per the policy.
-double measure(const Policy& pol, int min_reps, const std::function<double(int)>& timed, int* reps) {
+// after one warm-up call, repeated per the timing.
+double measure(const Timing& pol, int min_reps, const std::function<double(int)>& timed, int* reps) {
   timed(0);  // warm-up (first touch, lazy init, caches)
   std::vector<double> t;
   double spent = 0;
@@ -244,7 +248,7 @@ double device_copy_GBps(cudaStream_t s) {
 // GPU time per call: `calls` calls of once(i) captured into one graph on s;
 // the median replay time (after one warm-up replay) divided by calls.
 // Returns NAN (message in *msg) when capture or replay fails.
-double graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Policy& pol, int min_reps,
+double graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol, int min_reps,
                 int calls, const std::function<void(int)>& once, int* reps, std::string* msg) {
   cudaGraph_t g = nullptr;
   cudaGraphExec_t ge = nullptr;
@@ -269,7 +273,7 @@ double graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Policy& po
     cudaEventElapsedTime(&ms, e0, e1);
     return double(ms) * 1e3;
   };
-  Policy p = pol;
+  Timing p = pol;
   p.budget_s = pol.budget_s * calls;  // measure() counts replay time; keep the per-call budget
   const double us = measure(p, min_reps, replay, reps) / calls;
   e = cudaGetLastError();
@@ -283,41 +287,67 @@ double graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Policy& po
 }
 #endif
 
-}  // namespace
+// ---- the run's settings ---------------------------------------------------------
 
-int bench_main(int argc, char** argv) {
-  Options opt;
-  opt.flags = {"--json", "--help", "-h", "--states"};
-  opt.valued = {"--backend", "--shape", "--seqs", "--dtype", "--width", "--layout", "--reps",
-                "--threads"};
-  std::string err;
-  if (!opt.parse(argc, argv, "bench", &err)) {
-    std::fprintf(stderr, "%s\n", err.c_str());
-    return 2;
+struct Settings {
+  sc_backend backend = SC_BACKEND_CPU;
+  std::string bname;
+  bool device = false;  // the backend's tensors live on a GPU (harness::on_device)
+  bool json = false;
+  int64_t reps = 0, threads = 0;
+  std::vector<Shape> shapes;
+};
+
+// The default shapes of a host or device backend; --layout, --width and
+// --dtype override theirs.
+std::vector<Shape> default_shapes(const Options& opt, bool device, int W, Layout layout,
+                                  const std::vector<sc_dtype>& dtypes) {
+  std::vector<Shape> shapes;
+  const bool user_dtype = opt.has("--dtype");
+  auto add = [&](const char* name, int64_t B, int64_t T, int64_t D, int64_t nseq, bool st,
+                 Layout l, int w, std::vector<sc_dtype> dts) {
+    Shape s{name, B, T, D, nseq, st, l, w, user_dtype ? dtypes : dts};
+    if (opt.has("--layout")) s.layout = layout;
+    if (opt.has("--width")) s.W = W;
+    shapes.push_back(s);
+  };
+  if (device) {
+    add("dense 8x4096x4096", 8, 4096, 4096, 0, false, Layout::token_major, W, {SC_BF16, SC_F32});
+    add("packed 1x32768x8192 /16 +states", 1, 32768, 8192, 16, true, Layout::token_major, W, {SC_BF16});
+    add("long 1x65536x4096", 1, 65536, 4096, 0, false, Layout::token_major, W, {SC_BF16});
+    add("small 1x2048x2048", 1, 2048, 2048, 0, false, Layout::token_major, W, {SC_BF16});
+    if (!opt.has("--layout"))
+      add("dense 8x4096x4096 chan-major", 8, 4096, 4096, 0, false, Layout::channel_major, W, {SC_BF16});
+    if (!opt.has("--width"))
+      add("dense 8x4096x4096 W=8", 8, 4096, 4096, 0, false, Layout::token_major, 8, {SC_BF16});
+  } else {
+    add("dense 4x4096x2048", 4, 4096, 2048, 0, false, Layout::token_major, W, dtypes);
+    add("packed 1x16384x2048 /16 +states", 1, 16384, 2048, 16, true, Layout::token_major, W, dtypes);
+    add("long 1x32768x1024", 1, 32768, 1024, 0, false, Layout::token_major, W, dtypes);
   }
-  if (opt.has("--help") || opt.has("-h")) {
-    usage(stdout);
-    return 0;
-  }
+  return shapes;
+}
+
+// Checks every option into *st: -1 to go on, or exit status 2 (message on stderr).
+int parse_settings(const Options& opt, Settings* st) {
   auto fail_usage = [](const std::string& m) {
     std::fprintf(stderr, "shortconv bench: %s\n", m.c_str());
     return 2;
   };
-  sc_backend backend;
-  const std::string bname = opt.get("--backend", "cpu");
-  if (!parse_backend(bname, &backend))
-    return fail_usage("--backend: expected cpu, cuda or ref, got '" + bname + "'");
-  const bool cuda = backend == SC_BACKEND_CUDA;
+  if (int rc = backend_option(opt, "bench", &st->backend, &st->bname); rc >= 0) return rc;
+  st->device = harness::on_device(st->backend);
+  st->json = opt.has("--json");
   std::vector<sc_dtype> dtypes = {SC_BF16, SC_F32};
   if (opt.has("--dtype") && !parse_dtype(opt.get("--dtype", ""), &dtypes))
     return fail_usage("--dtype: expected bf16, fp16, fp32, fp64 or all, got '" +
                       opt.get("--dtype", "") + "'");
-  int64_t width = 4, reps = cuda ? kCudaPolicy.min_reps : kCpuPolicy.min_reps, threads = 0, seqs = 0;
+  int64_t width = 4, seqs = 0;
+  st->reps = st->device ? kDeviceTiming.min_reps : kHostTiming.min_reps;
   if (opt.has("--width") && (!parse_int(opt.get("--width", ""), &width) || width < 1 || width > 64))
     return fail_usage("--width: expected an integer in [1, 64], got '" + opt.get("--width", "") + "'");
-  if (opt.has("--reps") && (!parse_int(opt.get("--reps", ""), &reps) || reps < 1))
+  if (opt.has("--reps") && (!parse_int(opt.get("--reps", ""), &st->reps) || st->reps < 1))
     return fail_usage("--reps: expected a positive integer, got '" + opt.get("--reps", "") + "'");
-  if (opt.has("--threads") && (!parse_int(opt.get("--threads", ""), &threads) || threads > 4096))
+  if (opt.has("--threads") && (!parse_int(opt.get("--threads", ""), &st->threads) || st->threads > 4096))
     return fail_usage("--threads: expected a non-negative integer, got '" + opt.get("--threads", "") + "'");
   if (opt.has("--seqs") && (!parse_int(opt.get("--seqs", ""), &seqs) || seqs < 1))
     return fail_usage("--seqs: expected a positive integer, got '" + opt.get("--seqs", "") + "'");
@@ -328,78 +358,75 @@ int bench_main(int argc, char** argv) {
     return fail_usage("--layout: expected token or channel, got '" + lname + "'");
   if ((opt.has("--seqs") || opt.has("--states")) && !opt.has("--shape"))
     return fail_usage("--seqs and --states go with --shape");
-
-  std::vector<Shape> shapes;
-  if (opt.has("--shape")) {
-    Shape s;
-    if (!parse_shape(opt.get("--shape", ""), &s.B, &s.T, &s.D))
-      return fail_usage("--shape: expected BxTxD with positive integers, got '" +
-                        opt.get("--shape", "") + "'");
-    if (seqs > 0 && s.B != 1) return fail_usage("--seqs: a packed batch needs B = 1");
-    if (seqs > s.T) return fail_usage("--seqs: more sequences than tokens");
-    s.seqs = seqs;
-    s.states = opt.has("--states");
-    s.name = std::string(seqs ? "packed " : "dense ") + opt.get("--shape", "");
-    s.layout = layout;
-    s.W = int(width);
-    s.dtypes = dtypes;
-    shapes.push_back(s);
-  } else {
-    const bool user_dtype = opt.has("--dtype");
-    auto add = [&](const char* name, int64_t B, int64_t T, int64_t D, int64_t nseq, bool st,
-                   Layout l, int W, std::vector<sc_dtype> dts) {
-      Shape s{name, B, T, D, nseq, st, l, W, user_dtype ? dtypes : dts};
-      if (opt.has("--layout")) s.layout = layout;
-      if (opt.has("--width")) s.W = int(width);
-      shapes.push_back(s);
-    };
-    const int W = int(width);
-    if (cuda) {
-      add("dense 8x4096x4096", 8, 4096, 4096, 0, false, Layout::token_major, W, {SC_BF16, SC_F32});
-      add("packed 1x32768x8192 /16 +states", 1, 32768, 8192, 16, true, Layout::token_major, W, {SC_BF16});
-      add("long 1x65536x4096", 1, 65536, 4096, 0, false, Layout::token_major, W, {SC_BF16});
-      add("small 1x2048x2048", 1, 2048, 2048, 0, false, Layout::token_major, W, {SC_BF16});
-      if (!opt.has("--layout"))
-        add("dense 8x4096x4096 chan-major", 8, 4096, 4096, 0, false, Layout::channel_major, W, {SC_BF16});
-      if (!opt.has("--width"))
-        add("dense 8x4096x4096 W=8", 8, 4096, 4096, 0, false, Layout::token_major, 8, {SC_BF16});
-    } else {
-      add("dense 4x4096x2048", 4, 4096, 2048, 0, false, Layout::token_major, W, dtypes);
-      add("packed 1x16384x2048 /16 +states", 1, 16384, 2048, 16, true, Layout::token_major, W, dtypes);
-      add("long 1x32768x1024", 1, 32768, 1024, 0, false, Layout::token_major, W, dtypes);
-    }
+  if (!opt.has("--shape")) {
+    st->shapes = default_shapes(opt, st->device, int(width), layout, dtypes);
+    return -1;
   }
+  Shape s;
+  if (!parse_shape(opt.get("--shape", ""), &s.B, &s.T, &s.D))
+    return fail_usage("--shape: expected BxTxD with positive integers, got '" +
+                      opt.get("--shape", "") + "'");
+  if (seqs > 0 && s.B != 1) return fail_usage("--seqs: a packed batch needs B = 1");
+  if (seqs > s.T) return fail_usage("--seqs: more sequences than tokens");
+  s.seqs = seqs;
+  s.states = opt.has("--states");
+  s.name = std::string(seqs ? "packed " : "dense ") + opt.get("--shape", "");
+  s.layout = layout;
+  s.W = int(width);
+  s.dtypes = dtypes;
+  st->shapes.push_back(s);
+  return -1;
+}
 
-  if (!sc_has_backend(backend)) {
-    std::fprintf(stderr, "shortconv bench: the %s backend is not compiled into this build\n",
-                 bname.c_str());
-    return 1;
-  }
-  if (cuda && !harness::cuda_device_present()) {
-    std::fprintf(stderr, "shortconv bench: --backend cuda: no CUDA device is present\n");
-    return 1;
-  }
-  if (threads > 0) omp_set_num_threads(int(threads));
+// ---- timing -------------------------------------------------------------------------
 
-  Policy pol = cuda ? kCudaPolicy : kCpuPolicy;
-  void* stream = nullptr;
-  double copy_GBps = NAN;
-  std::function<double(const std::function<void()>&)> time_call;
+// Times calls on the run's backend and measures the copy bandwidth they are
+// compared with: steady_clock and memcpy on the host; on a GPU, events on
+// one stream and a device-to-device copy (and, in bench_one, graph replays).
+class Clock {
+ public:
+  Clock(bool device, int threads, Timing* timing) : device_(device) {
 #ifdef SHORTCONV_WITH_CUDA
-  cudaStream_t cs = nullptr;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  if (cuda) {
-    cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    stream = cs;
-    copy_GBps = device_copy_GBps(cs);
-    // rotate buffer copies until the working set is 4x the L2 (inputs never timed from L2)
-    int dev = 0, l2 = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) == cudaSuccess && l2 > 0)
-      pol.rotate_bytes = std::max<int64_t>(pol.rotate_bytes, 4 * int64_t(l2));
-    time_call = [&](const std::function<void()>& f) {
+    if (device_) {
+      cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      copy_GBps = device_copy_GBps(cs);
+      // rotate buffer copies until the working set is 4x the L2 (inputs never timed from L2)
+      int dev = 0, l2 = 0;
+      if (cudaGetDevice(&dev) == cudaSuccess &&
+          cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) == cudaSuccess && l2 > 0)
+        timing->rotate_bytes = std::max<int64_t>(timing->rotate_bytes, 4 * int64_t(l2));
+      return;
+    }
+#endif
+    (void)timing;
+    copy_GBps = host_copy_GBps(threads);
+  }
+  ~Clock() {
+#ifdef SHORTCONV_WITH_CUDA
+    if (device_) {
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      cudaStreamDestroy(cs);
+    }
+#endif
+  }
+  Clock(const Clock&) = delete;
+  Clock& operator=(const Clock&) = delete;
+
+  double copy_GBps = NAN;  // read + write
+  void* stream() const {
+#ifdef SHORTCONV_WITH_CUDA
+    return cs;
+#else
+    return nullptr;
+#endif
+  }
+  // Microseconds f() takes: on a GPU, between events on the stream.
+  double time(const std::function<void()>& f) const {
+#ifdef SHORTCONV_WITH_CUDA
+    if (device_) {
       cudaEventRecord(e0, cs);
       f();
       cudaEventRecord(e1, cs);
@@ -407,147 +434,168 @@ int bench_main(int argc, char** argv) {
       float ms = 0;
       cudaEventElapsedTime(&ms, e0, e1);
       return double(ms) * 1e3;
-    };
+    }
+#endif
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  }
+#ifdef SHORTCONV_WITH_CUDA
+  cudaStream_t cs = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+#endif
+
+ private:
+  bool device_;
+};
+
+// One shape and dtype: forward and forward+backward times (and, on a GPU,
+// graph-replay GPU times with the eager ones kept as *_call_us).
+Result bench_one(const Shape& s, sc_dtype dt, const Settings& st, const Timing& pol,
+                 const Clock& clock) {
+  Result r;
+  r.shape = s.name;
+  r.dtype = short_dtype(dt);
+  r.layout = harness::layout_name(s.layout);
+  r.W = s.W;
+  r.x_bytes = s.B * s.T * s.D * dtype_size(dt);
+  const Case c = make_case(s, dt, int(st.threads));
+  // Rotate over copies when the working set is small (cache effects).
+  const int64_t footprint = 2 * r.x_bytes;
+  const int copies = int(std::clamp<int64_t>(
+      (pol.rotate_bytes + footprint - 1) / std::max<int64_t>(footprint, 1), 1, pol.max_copies));
+  std::vector<std::unique_ptr<Prepared>> ps;
+  try {
+    for (int i = 0; i < copies; ++i) {
+      Case ci = c;
+      ci.seed = uint64_t(i + 1);
+      ps.push_back(std::make_unique<Prepared>(ci, nullptr, st.backend));
+      ps.back()->set_stream(clock.stream());
+    }
+  } catch (const std::exception& e) {
+    r.error = e.what();
+    return r;
+  }
+  sc_status status = SC_OK;
+  std::string msg;
+  auto fwd_call = [&](Prepared& p) {
+    const sc_status s1 = p.forward(&msg);
+    if (s1 != SC_OK) status = s1;
+  };
+  auto fwdbwd_call = [&](Prepared& p) {
+    sc_status s1 = p.forward(&msg);
+    if (s1 == SC_OK) s1 = p.backward(&msg);
+    if (s1 != SC_OK) status = s1;
+  };
+  auto fwd = [&](int i) {  // rep i on copy i % copies; only the call is timed
+    Prepared& p = *ps[size_t(i % copies)];
+    return clock.time([&] { fwd_call(p); });
+  };
+  auto fwdbwd = [&](int i) {
+    Prepared& p = *ps[size_t(i % copies)];
+    return clock.time([&] { fwdbwd_call(p); });
+  };
+  r.fwd_us = measure(pol, int(st.reps), fwd, &r.fwd_reps);
+  if (status == SC_OK) r.fwdbwd_us = measure(pol, int(st.reps), fwdbwd, &r.fwdbwd_reps);
+#ifdef SHORTCONV_WITH_CUDA
+  if (st.device && status == SC_OK) {
+    // The eager numbers above include the host path; the graph numbers are GPU time.
+    r.fwd_call_us = r.fwd_us;
+    r.fwdbwd_call_us = r.fwdbwd_us;
+    const int calls = copies * ((kGraphCalls + copies - 1) / copies);
+    auto fwd_once = [&](int i) { fwd_call(*ps[size_t(i % copies)]); };
+    auto fwdbwd_once = [&](int i) { fwdbwd_call(*ps[size_t(i % copies)]); };
+    r.fwd_us = graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps), calls, fwd_once,
+                        &r.fwd_reps, &msg);
+    r.fwdbwd_us = graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps), calls, fwdbwd_once,
+                           &r.fwdbwd_reps, &msg);
+    if (!(r.fwd_us > 0) || !(r.fwdbwd_us > 0)) status = SC_ERR_BACKEND;
   }
 #endif
-  if (!cuda) {
-    copy_GBps = host_copy_GBps(int(threads));
-    time_call = [](const std::function<void()>& f) {
-      const auto t0 = std::chrono::steady_clock::now();
-      f();
-      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    };
-  }
+  if (status != SC_OK) r.error = std::string(sc_status_string(status)) + ": " + msg;
+  return r;
+}
 
+// ---- output -------------------------------------------------------------------------
+
+void print_header(const Settings& st, double copy_GBps) {
+  std::printf("shortconv bench — backend %s, %s, copy bandwidth %.1f GB/s (read+write)\n",
+              st.bname.c_str(),
+              st.device ? "GPU time per call from CUDA-graph replays, median"
+                        : "steady_clock, median",
+              copy_GBps);
+  std::printf("floor = bytes that must move / copy bandwidth: fwd 2 x-sized tensors, "
+              "fwd+bwd 5; frac = floor / time\n\n");
+  std::printf("%-34s %-5s %2s %-13s %11s %8s %6s %11s %8s %6s\n", "shape", "dtype", "W",
+              "layout", "fwd_us", "GB/s", "frac", "fwdbwd_us", "GB/s", "frac");
+}
+
+void print_row(const Result& r, const Settings& st, double copy_GBps) {
+  if (!r.error.empty()) {
+    std::printf("%-34s %-5s %2d %-13s ERROR %s\n", r.shape.c_str(), r.dtype.c_str(), r.W,
+                r.layout.c_str(), r.error.c_str());
+  } else {
+    const double fb = 2.0 * double(r.x_bytes), bb = 5.0 * double(r.x_bytes);
+    std::printf("%-34s %-5s %2d %-13s %11.1f %8.1f %6.3f %11.1f %8.1f %6.3f",
+                r.shape.c_str(), r.dtype.c_str(), r.W, r.layout.c_str(), r.fwd_us,
+                fb / r.fwd_us / 1e3, fb / (copy_GBps * 1e3) / r.fwd_us, r.fwdbwd_us,
+                bb / r.fwdbwd_us / 1e3, bb / (copy_GBps * 1e3) / r.fwdbwd_us);
+    if (st.device) std::printf("   eager call %.1f / %.1f us", r.fwd_call_us, r.fwdbwd_call_us);
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+}
+
+void print_json(const std::vector<Result>& results, const Settings& st, double copy_GBps) {
+  std::printf("{\"backend\": %s, \"threads\": %lld, \"copy_GBps\": %s, \"results\": [",
+              json_str(st.bname).c_str(), (long long)st.threads, json_num(copy_GBps).c_str());
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    const double fb = 2.0 * double(r.x_bytes), bb = 5.0 * double(r.x_bytes);
+    const bool ok = r.error.empty();
+    std::printf("%s\n  {\"shape\": %s, \"dtype\": %s, \"W\": %d, \"layout\": %s, \"x_bytes\": %lld, "
+                "\"fwd_us\": %s, \"fwdbwd_us\": %s, \"fwd_GBps\": %s, \"fwdbwd_GBps\": %s, "
+                "\"fwd_frac\": %s, \"fwdbwd_frac\": %s, \"fwd_reps\": %d, \"fwdbwd_reps\": %d, "
+                "\"fwd_call_us\": %s, \"fwdbwd_call_us\": %s, \"error\": %s}",
+                i ? "," : "", json_str(r.shape).c_str(), json_str(r.dtype).c_str(), r.W,
+                json_str(r.layout).c_str(), (long long)r.x_bytes,
+                json_num(ok ? r.fwd_us : NAN).c_str(), json_num(ok ? r.fwdbwd_us : NAN).c_str(),
+                json_num(ok ? fb / r.fwd_us / 1e3 : NAN).c_str(),
+                json_num(ok ? bb / r.fwdbwd_us / 1e3 : NAN).c_str(),
+                json_num(ok ? fb / (copy_GBps * 1e3) / r.fwd_us : NAN).c_str(),
+                json_num(ok ? bb / (copy_GBps * 1e3) / r.fwdbwd_us : NAN).c_str(), r.fwd_reps,
+                r.fwdbwd_reps, json_num(r.fwd_call_us).c_str(), json_num(r.fwdbwd_call_us).c_str(),
+                json_str(r.error).c_str());
+  }
+  std::printf("\n]}\n");
+}
+
+}  // namespace
+
+int bench_main(int argc, char** argv) {
+  Options opt;
+  opt.flags = {"--json", "--help", "-h", "--states"};
+  opt.valued = {"--backend", "--shape", "--seqs", "--dtype", "--width", "--layout", "--reps",
+                "--threads"};
+  if (int rc = parse_command_line(opt, argc, argv, "bench", usage); rc >= 0) return rc;
+  Settings st;
+  if (int rc = parse_settings(opt, &st); rc >= 0) return rc;
+  if (int rc = require_backend(st.backend, st.bname, "bench"); rc >= 0) return rc;
+  if (st.threads > 0) omp_set_num_threads(int(st.threads));
+
+  Timing pol = st.device ? kDeviceTiming : kHostTiming;
+  const Clock clock(st.device, int(st.threads), &pol);
   std::vector<Result> results;
   bool any_error = false;
-  for (const Shape& s : shapes)
+  for (const Shape& s : st.shapes)
     for (sc_dtype dt : s.dtypes) {
-      Result r;
-      r.shape = s.name;
-      r.dtype = short_dtype(dt);
-      r.layout = harness::layout_name(s.layout);
-      r.W = s.W;
-      r.x_bytes = s.B * s.T * s.D * dtype_size(dt);
-      const Case c = make_case(s, dt, int(threads));
-      // Rotate over copies when the working set is small (cache effects).
-      const int64_t footprint = 2 * r.x_bytes;
-      const int copies = int(std::clamp<int64_t>(
-          (pol.rotate_bytes + footprint - 1) / std::max<int64_t>(footprint, 1), 1, pol.max_copies));
-      std::vector<std::unique_ptr<Prepared>> ps;
-      try {
-        for (int i = 0; i < copies; ++i) {
-          Case ci = c;
-          ci.seed = uint64_t(i + 1);
-          ps.push_back(std::make_unique<Prepared>(ci, nullptr, backend));
-          ps.back()->set_stream(stream);
-        }
-      } catch (const std::exception& e) {
-        r.error = e.what();
-      }
-      sc_status st = SC_OK;
-      std::string msg;
-      auto fwd_once = [&](int i) {
-        const sc_status s1 = ps[size_t(i % copies)]->forward(&msg);
-        if (s1 != SC_OK) st = s1;
-      };
-      auto fwdbwd_once = [&](int i) {
-        Prepared& p = *ps[size_t(i % copies)];
-        sc_status s1 = p.forward(&msg);
-        if (s1 == SC_OK) s1 = p.backward(&msg);
-        if (s1 != SC_OK) st = s1;
-      };
-      auto fwd = [&](int i) {
-        Prepared& p = *ps[size_t(i % copies)];
-        return time_call([&] {
-          const sc_status s1 = p.forward(&msg);
-          if (s1 != SC_OK) st = s1;
-        });
-      };
-      auto fwdbwd = [&](int i) {
-        Prepared& p = *ps[size_t(i % copies)];
-        return time_call([&] {
-          sc_status s1 = p.forward(&msg);
-          if (s1 == SC_OK) s1 = p.backward(&msg);
-          if (s1 != SC_OK) st = s1;
-        });
-      };
-      if (r.error.empty()) {
-        r.fwd_us = measure(pol, int(reps), fwd, &r.fwd_reps);
-        if (st == SC_OK) r.fwdbwd_us = measure(pol, int(reps), fwdbwd, &r.fwdbwd_reps);
-#ifdef SHORTCONV_WITH_CUDA
-        if (cuda && st == SC_OK) {
-          // The eager numbers above include the host path; the graph numbers are GPU time.
-          r.fwd_call_us = r.fwd_us;
-          r.fwdbwd_call_us = r.fwdbwd_us;
-          const int calls = copies * ((kGraphCalls + copies - 1) / copies);
-          r.fwd_us = graph_us(cs, e0, e1, pol, int(reps), calls, fwd_once, &r.fwd_reps, &msg);
-          r.fwdbwd_us = graph_us(cs, e0, e1, pol, int(reps), calls, fwdbwd_once, &r.fwdbwd_reps, &msg);
-          if (!(r.fwd_us > 0) || !(r.fwdbwd_us > 0)) st = SC_ERR_BACKEND;
-        }
-#endif
-        if (st != SC_OK) r.error = std::string(sc_status_string(st)) + ": " + msg;
-      }
-      if (!r.error.empty()) any_error = true;
-      results.push_back(r);
-      if (!opt.has("--json")) {
-        if (results.size() == 1) {
-          std::printf("shortconv bench — backend %s, %s, copy bandwidth %.1f GB/s (read+write)\n",
-                      bname.c_str(),
-                      cuda ? "GPU time per call from CUDA-graph replays, median"
-                           : "steady_clock, median",
-                      copy_GBps);
-          std::printf("floor = bytes that must move / copy bandwidth: fwd 2 x-sized tensors, "
-                      "fwd+bwd 5; frac = floor / time\n\n");
-          std::printf("%-34s %-5s %2s %-13s %11s %8s %6s %11s %8s %6s\n", "shape", "dtype", "W",
-                      "layout", "fwd_us", "GB/s", "frac", "fwdbwd_us", "GB/s", "frac");
-        }
-        if (!r.error.empty()) {
-          std::printf("%-34s %-5s %2d %-13s ERROR %s\n", r.shape.c_str(), r.dtype.c_str(), r.W,
-                      r.layout.c_str(), r.error.c_str());
-        } else {
-          const double fb = 2.0 * double(r.x_bytes), bb = 5.0 * double(r.x_bytes);
-          std::printf("%-34s %-5s %2d %-13s %11.1f %8.1f %6.3f %11.1f %8.1f %6.3f",
-                      r.shape.c_str(), r.dtype.c_str(), r.W, r.layout.c_str(), r.fwd_us,
-                      fb / r.fwd_us / 1e3, fb / (copy_GBps * 1e3) / r.fwd_us, r.fwdbwd_us,
-                      bb / r.fwdbwd_us / 1e3, bb / (copy_GBps * 1e3) / r.fwdbwd_us);
-          if (cuda) std::printf("   eager call %.1f / %.1f us", r.fwd_call_us, r.fwdbwd_call_us);
-          std::printf("\n");
-        }
-        std::fflush(stdout);
-      }
+      results.push_back(bench_one(s, dt, st, pol, clock));
+      any_error = any_error || !results.back().error.empty();
+      if (st.json) continue;
+      if (results.size() == 1) print_header(st, clock.copy_GBps);
+      print_row(results.back(), st, clock.copy_GBps);
     }
-
-  if (opt.has("--json")) {
-    std::printf("{\"backend\": %s, \"threads\": %lld, \"copy_GBps\": %s, \"results\": [",
-                json_str(bname).c_str(), (long long)threads, json_num(copy_GBps).c_str());
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Result& r = results[i];
-      const double fb = 2.0 * double(r.x_bytes), bb = 5.0 * double(r.x_bytes);
-      const bool ok = r.error.empty();
-      std::printf("%s\n  {\"shape\": %s, \"dtype\": %s, \"W\": %d, \"layout\": %s, \"x_bytes\": %lld, "
-                  "\"fwd_us\": %s, \"fwdbwd_us\": %s, \"fwd_GBps\": %s, \"fwdbwd_GBps\": %s, "
-                  "\"fwd_frac\": %s, \"fwdbwd_frac\": %s, \"fwd_reps\": %d, \"fwdbwd_reps\": %d, "
-                  "\"fwd_call_us\": %s, \"fwdbwd_call_us\": %s, \"error\": %s}",
-                  i ? "," : "", json_str(r.shape).c_str(), json_str(r.dtype).c_str(), r.W,
-                  json_str(r.layout).c_str(), (long long)r.x_bytes,
-                  json_num(ok ? r.fwd_us : NAN).c_str(), json_num(ok ? r.fwdbwd_us : NAN).c_str(),
-                  json_num(ok ? fb / r.fwd_us / 1e3 : NAN).c_str(),
-                  json_num(ok ? bb / r.fwdbwd_us / 1e3 : NAN).c_str(),
-                  json_num(ok ? fb / (copy_GBps * 1e3) / r.fwd_us : NAN).c_str(),
-                  json_num(ok ? bb / (copy_GBps * 1e3) / r.fwdbwd_us : NAN).c_str(), r.fwd_reps,
-                  r.fwdbwd_reps, json_num(r.fwd_call_us).c_str(), json_num(r.fwdbwd_call_us).c_str(),
-                  json_str(r.error).c_str());
-    }
-    std::printf("\n]}\n");
-  }
-#ifdef SHORTCONV_WITH_CUDA
-  if (cuda) {
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cudaStreamDestroy(cs);
-  }
-#endif
+  if (st.json) print_json(results, st, clock.copy_GBps);
   return any_error ? 1 : 0;
 }
 

@@ -48,7 +48,7 @@ struct Row {
 
 void usage(FILE* f) {
   std::fprintf(f,
-               "usage: shortconv check [--backend cpu|cuda|ref] [--json] [--seed N] [--verbose]\n"
+               "usage: shortconv check [--backend %s] [--json] [--seed N] [--verbose]\n"
                "\n"
                "The exactness suite (fp32).  For W in {2,4,8} and tail lengths 16..384, runs the\n"
                "whole sequence and head + tail with the head's final state handed to the tail as\n"
@@ -64,12 +64,14 @@ void usage(FILE* f) {
                "segments (lengths [1,7] with W=4; lengths 0..W+1).\n"
                "\n"
                "options:\n"
-               "  --backend B   backend to check: cpu (default), cuda, ref\n"
+               "  --backend B   backend to check: %s (default %s)\n"
                "  --json        print one JSON object {ok, backend, cases: [{W, tail, tile, ratio,\n"
                "                forward_bitexact, ...}]} instead of the table\n"
                "  --seed N      seed of the random inputs (default 1)\n"
                "  --verbose     print why each failing case failed\n"
-               "Exit status: 0 when every case passes, 1 on any failure, 2 on bad usage.\n");
+               "Exit status: 0 when every case passes, 1 on any failure, 2 on bad usage.\n",
+               backend_names("|", "|").c_str(), backend_names(", ", " or ").c_str(),
+               sc_backend_name(SC_BACKEND_CPU));
 }
 
 // Runs one chunked case on `backend` and the oracle; fills the row.
@@ -146,50 +148,10 @@ std::string summarize(const std::vector<int64_t>& len) {
          std::to_string(hi);
 }
 
-}  // namespace
+// ---- the cases ----------------------------------------------------------------------
 
-int check_main(int argc, char** argv) {
-  Options opt;
-  opt.flags = {"--json", "--help", "-h", "--verbose"};
-  opt.valued = {"--backend", "--seed"};
-  std::string err;
-  if (!opt.parse(argc, argv, "check", &err)) {
-    std::fprintf(stderr, "%s\n", err.c_str());
-    return 2;
-  }
-  if (opt.has("--help") || opt.has("-h")) {
-    usage(stdout);
-    return 0;
-  }
-  sc_backend backend;
-  const std::string bname = opt.get("--backend", "cpu");
-  if (!parse_backend(bname, &backend)) {
-    std::fprintf(stderr, "shortconv check: --backend: expected cpu, cuda or ref, got '%s'\n",
-                 bname.c_str());
-    return 2;
-  }
-  int64_t seed = 1;
-  if (opt.has("--seed") && !parse_int(opt.get("--seed", ""), &seed)) {
-    std::fprintf(stderr, "shortconv check: --seed: expected a non-negative integer, got '%s'\n",
-                 opt.get("--seed", "").c_str());
-    return 2;
-  }
-  if (!sc_has_backend(backend)) {
-    std::fprintf(stderr, "shortconv check: the %s backend is not compiled into this build\n",
-                 bname.c_str());
-    return 1;
-  }
-  if (backend == SC_BACKEND_CUDA && !harness::cuda_device_present()) {
-    std::fprintf(stderr, "shortconv check: --backend cuda: no CUDA device is present\n");
-    return 1;
-  }
-  const bool json = opt.has("--json");
-
-  std::vector<Row> rows;
-  std::mt19937_64 rng(uint64_t(seed) * 7919 + 1);
-  uint64_t case_seed = uint64_t(seed) * 1000;
-
-  // 1. W x tail length, automatic tiles; B = 2, head 37 tokens.
+// 1. W x tail length, automatic tiles; B = 2, head 37 tokens.
+void chunk_rows(sc_backend backend, uint64_t* case_seed, std::vector<Row>* rows) {
   for (int W : {2, 4, 8})
     for (int64_t tail : {16, 32, 64, 128, 256, 384}) {
       Row row;
@@ -197,15 +159,18 @@ int check_main(int argc, char** argv) {
       row.W = W;
       row.head = 37;
       row.tail = tail;
-      Case c = base_case(W, ++case_seed);
+      Case c = base_case(W, ++*case_seed);
       c.B = 2;
       c.T = row.head + tail;
       const harness::Inputs in = harness::make_inputs(c);
       run_case(row, c, in, std::vector<int64_t>(size_t(c.B), row.head), backend);
-      rows.push_back(row);
+      rows->push_back(row);
     }
-  // 2. Every forced time tile from 1 to past W; heads of 1, W-1 (inside the
-  //    first W-1 tokens) and 37 tokens; tail 64.
+}
+
+// 2. Every forced time tile from 1 to past W; heads of 1, W-1 (inside the
+//    first W-1 tokens) and 37 tokens; tail 64.
+void tile_rows(sc_backend backend, uint64_t* case_seed, std::vector<Row>* rows) {
   for (int W : {2, 4, 8})
     for (int64_t tile = 1; tile <= W + 2; ++tile)
       for (int64_t head : W == 2 ? std::vector<int64_t>{1, 37} : std::vector<int64_t>{1, W - 1, 37}) {
@@ -215,23 +180,27 @@ int check_main(int argc, char** argv) {
         row.head = head;
         row.tail = 64;
         row.tile = tile;
-        Case c = base_case(W, ++case_seed);
+        Case c = base_case(W, ++*case_seed);
         c.B = 2;
         c.T = head + row.tail;
         c.tile_t = tile;
         const harness::Inputs in = harness::make_inputs(c);
         run_case(row, c, in, std::vector<int64_t>(size_t(c.B), head), backend);
-        rows.push_back(row);
+        rows->push_back(row);
       }
-  // 3. Packed short segments: lengths in [1,7] with W=4 (automatic tile and
-  //    forced tiles 1..5), and lengths 0..W+1 for each W; random cut points.
+}
+
+// 3. Packed short segments: lengths in [1,7] with W=4 (automatic tile and
+//    forced tiles 1..5), and lengths 0..W+1 for each W; random cut points.
+void packed_rows(sc_backend backend, uint64_t* case_seed, std::mt19937_64& rng,
+                 std::vector<Row>* rows) {
   auto packed_row = [&](int W, std::vector<int64_t> len, int64_t tile) {
     Row row;
     row.kind = "packed";
     row.W = W;
     row.tile = tile;
     row.segs = summarize(len);
-    Case c = base_case(W, ++case_seed);
+    Case c = base_case(W, ++*case_seed);
     c.packed = true;
     c.lengths = len;
     c.tile_t = tile;
@@ -243,7 +212,7 @@ int check_main(int argc, char** argv) {
     }
     const harness::Inputs in = harness::make_inputs(c);
     run_case(row, c, in, split, backend);
-    rows.push_back(row);
+    rows->push_back(row);
   };
   for (int64_t tile : {0, 1, 2, 3, 4, 5}) {
     std::vector<int64_t> len(48);
@@ -258,45 +227,58 @@ int check_main(int argc, char** argv) {
       std::shuffle(len.begin(), len.end(), rng);
       packed_row(W, len, tile);
     }
+}
 
+// ---- the report ---------------------------------------------------------------------
+
+struct Summary {
   bool all_ok = true;
+  int failed = 0;
   double worst_ratio = 0;
   double max_err[5] = {0, 0, 0, 0, 0};  // y, dx, dweight, dbias, dh0 vs the oracle
+};
+
+Summary summarize_rows(const std::vector<Row>& rows) {
+  Summary s;
   for (const Row& r : rows) {
-    all_ok = all_ok && r.ok;
-    worst_ratio = std::max(worst_ratio, std::fabs(r.r.ratio - 1.0));
+    s.all_ok = s.all_ok && r.ok;
+    s.failed += !r.ok;
+    s.worst_ratio = std::max(s.worst_ratio, std::fabs(r.r.ratio - 1.0));
     const double e[5] = {r.err_y, r.err_dx, r.err_dw, r.err_db, r.err_dh0};
-    for (int k = 0; k < 5; ++k) max_err[k] = std::max(max_err[k], e[k]);
+    for (int k = 0; k < 5; ++k) s.max_err[k] = std::max(s.max_err[k], e[k]);
   }
+  return s;
+}
 
-  if (json) {
-    std::printf("{\"ok\": %s, \"backend\": %s, \"dtype\": \"float32\", \"ratio_tol\": %s, "
-                "\"worst_ratio_dev\": %s, \"max_err\": {\"y\": %s, \"dx\": %s, \"dweight\": %s, "
-                "\"dbias\": %s, \"dh0\": %s}, \"cases\": [",
-                all_ok ? "true" : "false", json_str(bname).c_str(), json_num(kRatioTol).c_str(),
-                json_num(worst_ratio).c_str(), json_num(max_err[0]).c_str(),
-                json_num(max_err[1]).c_str(), json_num(max_err[2]).c_str(),
-                json_num(max_err[3]).c_str(), json_num(max_err[4]).c_str());
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      std::printf("%s\n  {\"kind\": %s, \"W\": %d, \"head\": %lld, \"tail\": %lld, \"tile\": %lld, "
-                  "\"segments\": %s, \"ratio\": %s, \"grad_err\": %s, \"forward_bitexact\": %s, "
-                  "\"state_bitexact\": %s, \"chain_dx_err\": %s, \"chain_dweight_err\": %s, "
-                  "\"err_y\": %s, \"err_dx\": %s, \"err_dweight\": %s, \"err_dbias\": %s, "
-                  "\"err_dh0\": %s, \"ok\": %s, \"error\": %s}",
-                  i ? "," : "", json_str(r.kind).c_str(), r.W, (long long)r.head,
-                  (long long)r.tail, (long long)r.tile, json_str(r.segs).c_str(),
-                  json_num(r.r.ratio).c_str(), json_num(r.r.grad_err).c_str(),
-                  r.r.forward_bitexact ? "true" : "false", r.r.state_bitexact ? "true" : "false",
-                  json_num(r.r.dx_err).c_str(), json_num(r.r.dweight_err).c_str(),
-                  json_num(r.err_y).c_str(), json_num(r.err_dx).c_str(),
-                  json_num(r.err_dw).c_str(), json_num(r.err_db).c_str(),
-                  json_num(r.err_dh0).c_str(), r.ok ? "true" : "false", json_str(r.why).c_str());
-    }
-    std::printf("\n]}\n");
-    return all_ok ? 0 : 1;
+void print_json(const std::vector<Row>& rows, const Summary& s, const std::string& bname) {
+  std::printf("{\"ok\": %s, \"backend\": %s, \"dtype\": \"float32\", \"ratio_tol\": %s, "
+              "\"worst_ratio_dev\": %s, \"max_err\": {\"y\": %s, \"dx\": %s, \"dweight\": %s, "
+              "\"dbias\": %s, \"dh0\": %s}, \"cases\": [",
+              s.all_ok ? "true" : "false", json_str(bname).c_str(), json_num(kRatioTol).c_str(),
+              json_num(s.worst_ratio).c_str(), json_num(s.max_err[0]).c_str(),
+              json_num(s.max_err[1]).c_str(), json_num(s.max_err[2]).c_str(),
+              json_num(s.max_err[3]).c_str(), json_num(s.max_err[4]).c_str());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    std::printf("%s\n  {\"kind\": %s, \"W\": %d, \"head\": %lld, \"tail\": %lld, \"tile\": %lld, "
+                "\"segments\": %s, \"ratio\": %s, \"grad_err\": %s, \"forward_bitexact\": %s, "
+                "\"state_bitexact\": %s, \"chain_dx_err\": %s, \"chain_dweight_err\": %s, "
+                "\"err_y\": %s, \"err_dx\": %s, \"err_dweight\": %s, \"err_dbias\": %s, "
+                "\"err_dh0\": %s, \"ok\": %s, \"error\": %s}",
+                i ? "," : "", json_str(r.kind).c_str(), r.W, (long long)r.head,
+                (long long)r.tail, (long long)r.tile, json_str(r.segs).c_str(),
+                json_num(r.r.ratio).c_str(), json_num(r.r.grad_err).c_str(),
+                r.r.forward_bitexact ? "true" : "false", r.r.state_bitexact ? "true" : "false",
+                json_num(r.r.dx_err).c_str(), json_num(r.r.dweight_err).c_str(),
+                json_num(r.err_y).c_str(), json_num(r.err_dx).c_str(),
+                json_num(r.err_dw).c_str(), json_num(r.err_db).c_str(),
+                json_num(r.err_dh0).c_str(), r.ok ? "true" : "false", json_str(r.why).c_str());
   }
+  std::printf("\n]}\n");
+}
 
+void print_table(const std::vector<Row>& rows, const Summary& s, const std::string& bname,
+                 bool verbose) {
   std::printf("shortconv check — backend %s, fp32, SiLU, bias, random h0, D=40, B=2 "
               "(packed: segments), loss on tail outputs only\n",
               bname.c_str());
@@ -314,23 +296,53 @@ int check_main(int argc, char** argv) {
                 r.segs.empty() ? "-" : r.segs.c_str(), r.r.ratio, r.r.grad_err,
                 r.r.forward_bitexact && r.r.state_bitexact ? "exact" : "DIFF", chain, r.err_y,
                 r.err_dx, r.err_dw, r.err_db, r.err_dh0, r.ok ? "ok" : "FAIL");
-    if (!r.ok && opt.has("--verbose")) std::printf("       -> %s\n", r.why.c_str());
+    if (!r.ok && verbose) std::printf("       -> %s\n", r.why.c_str());
   }
-  int failed = 0;
-  for (const Row& r : rows) failed += !r.ok;
   std::printf("\nmax rel error vs the oracle: y %.2e  dx %.2e  dweight %.2e  dbias %.2e  dh0 %.2e "
               "(tolerance %.0e)\n",
-              max_err[0], max_err[1], max_err[2], max_err[3], max_err[4], kFp32Tol);
-  std::printf("%zu cases, %d failed; worst |ratio - 1| = %.2e; %s\n", rows.size(), failed,
-              worst_ratio, all_ok ? "OK" : "FAILED");
-  if (!all_ok && !opt.has("--verbose"))
+              s.max_err[0], s.max_err[1], s.max_err[2], s.max_err[3], s.max_err[4], kFp32Tol);
+  std::printf("%zu cases, %d failed; worst |ratio - 1| = %.2e; %s\n", rows.size(), s.failed,
+              s.worst_ratio, s.all_ok ? "OK" : "FAILED");
+  if (!s.all_ok && !verbose)
     for (const Row& r : rows)
       if (!r.ok) {
         std::printf("first failure (W=%d head=%lld tail=%lld tile=%lld): %s\n", r.W,
                     (long long)r.head, (long long)r.tail, (long long)r.tile, r.why.c_str());
         break;
       }
-  return all_ok ? 0 : 1;
+}
+
+}  // namespace
+
+int check_main(int argc, char** argv) {
+  Options opt;
+  opt.flags = {"--json", "--help", "-h", "--verbose"};
+  opt.valued = {"--backend", "--seed"};
+  if (int rc = parse_command_line(opt, argc, argv, "check", usage); rc >= 0) return rc;
+  sc_backend backend;
+  std::string bname;
+  if (int rc = backend_option(opt, "check", &backend, &bname); rc >= 0) return rc;
+  int64_t seed = 1;
+  if (opt.has("--seed") && !parse_int(opt.get("--seed", ""), &seed)) {
+    std::fprintf(stderr, "shortconv check: --seed: expected a non-negative integer, got '%s'\n",
+                 opt.get("--seed", "").c_str());
+    return 2;
+  }
+  if (int rc = require_backend(backend, bname, "check"); rc >= 0) return rc;
+
+  std::vector<Row> rows;
+  std::mt19937_64 rng(uint64_t(seed) * 7919 + 1);
+  uint64_t case_seed = uint64_t(seed) * 1000;
+  chunk_rows(backend, &case_seed, &rows);
+  tile_rows(backend, &case_seed, &rows);
+  packed_rows(backend, &case_seed, rng, &rows);
+
+  const Summary s = summarize_rows(rows);
+  if (opt.has("--json"))
+    print_json(rows, s, bname);
+  else
+    print_table(rows, s, bname, opt.has("--verbose"));
+  return s.all_ok ? 0 : 1;
 }
 
 }  // namespace shortconv::cli

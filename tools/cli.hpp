@@ -1,5 +1,5 @@
 // Small helpers shared by the CLI subcommands: option parsing with clear
-// errors for unknown options, backend names, JSON string escaping.
+// errors for unknown options, backends by the library's names, JSON output.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/harness.hpp"
 #include "shortconv/shortconv.h"
 
 namespace shortconv::cli {
@@ -68,13 +69,69 @@ struct Options {
   }
 };
 
-// "cpu" | "cuda" | "ref" -> backend; false on an unknown name.
-inline bool parse_backend(const std::string& s, sc_backend* b) {
-  if (s == "cpu") *b = SC_BACKEND_CPU;
-  else if (s == "cuda") *b = SC_BACKEND_CUDA;
-  else if (s == "ref") *b = SC_BACKEND_REF;
-  else return false;
-  return true;
+// Parses argv into opt.  Returns -1 to go on, or the exit status: 2 after a
+// usage error (message on stderr), 0 after --help / -h (usage on stdout).
+inline int parse_command_line(Options& opt, int argc, char** argv, const char* cmd,
+                              void (*usage)(FILE*)) {
+  std::string err;
+  if (!opt.parse(argc, argv, cmd, &err)) {
+    std::fprintf(stderr, "%s\n", err.c_str());
+    return 2;
+  }
+  if (opt.has("--help") || opt.has("-h")) {
+    usage(stdout);
+    return 0;
+  }
+  return -1;
+}
+
+// ---- backends: the library's names (sc_backend_name), nothing of our own ----
+
+// The names of every backend the library knows, compiled in or not, joined
+// by `sep` and, before the last, by `last`: "cpu, cuda or ref".
+inline std::string backend_names(const char* sep, const char* last) {
+  std::vector<std::string> names;
+  for (int32_t id = 0; const char* name = sc_backend_name(id); ++id) names.push_back(name);
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == names.size() ? last : sep) + names[i];
+  return s;
+}
+
+// The backend the library calls `name`; false when it knows no such name.
+inline bool parse_backend(const std::string& name, sc_backend* b) {
+  for (int32_t id = 0; const char* n = sc_backend_name(id); ++id)
+    if (name == n) {
+      *b = sc_backend(id);
+      return true;
+    }
+  return false;
+}
+
+// --backend (default: the ABI's default, the CPU backend): -1 to go on, or
+// exit status 2 with the message on stderr when the name is not a backend.
+inline int backend_option(const Options& opt, const char* cmd, sc_backend* b, std::string* name) {
+  *name = opt.get("--backend", sc_backend_name(SC_BACKEND_CPU));
+  if (parse_backend(*name, b)) return -1;
+  std::fprintf(stderr, "shortconv %s: --backend: expected %s, got '%s'\n", cmd,
+               backend_names(", ", " or ").c_str(), name->c_str());
+  return 2;
+}
+
+// A backend this build and machine can run: -1 to go on, or exit status 1
+// with the reason on stderr (not compiled in; no device for a device backend).
+inline int require_backend(sc_backend b, const std::string& name, const char* cmd) {
+  if (!sc_has_backend(b)) {
+    std::fprintf(stderr, "shortconv %s: the %s backend is not compiled into this build\n", cmd,
+                 name.c_str());
+    return 1;
+  }
+  if (!harness::usable(b)) {
+    std::fprintf(stderr, "shortconv %s: --backend %s: no CUDA device is present\n", cmd,
+                 name.c_str());
+    return 1;
+  }
+  return -1;
 }
 
 // A non-negative integer; false when s is not one.

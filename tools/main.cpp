@@ -10,6 +10,14 @@
 
 namespace {
 
+// " cpu ref": the library's names of the backends compiled into this build.
+std::string compiled_backends() {
+  std::string s;
+  for (int32_t id = 0; const char* name = sc_backend_name(id); ++id)
+    if (sc_has_backend(id)) s += std::string(" ") + name;
+  return s;
+}
+
 void usage(FILE* f) {
   std::fprintf(f,
                "shortconv %s — short causal depthwise convolution, forward and backward\n"
@@ -24,8 +32,8 @@ void usage(FILE* f) {
                "  shortconv <command> --help   options of a command\n"
                "  shortconv --version          print the version\n"
                "\n"
-               "backends compiled in: ref cpu%s\n",
-               sc_version_string(), sc_has_backend(SC_BACKEND_CUDA) ? " cuda" : "");
+               "backends compiled in:%s\n",
+               sc_version_string(), compiled_backends().c_str());
 }
 
 }  // namespace

@@ -10,8 +10,11 @@
 //      belongs to exactly one tile, so the schedule cannot change results.
 //   3. backward: dweight/dbias = sum of the per-tile partials in chunk order
 //      (parallel over channels), so results do not depend on the threads.
-// The kernels are picked once per call by ISA (SHORTCONV_CPU_ISA=scalar|avx2|
-// avx512 may lower the choice, for testing), dtype, W and activation.
+// The kernels are picked once per call by ISA, dtype, W and activation.  The
+// environment variable SHORTCONV_CPU_ISA=sse2|avx2|avx512 may lower the ISA
+// (for testing; never above what the machine supports).  `scalar`, the SSE2
+// kernels' former name, is accepted as an alias of sse2 until a portable
+// scalar path for non-x86 CPUs takes that name.
 #include <omp.h>
 
 #include <algorithm>
@@ -30,7 +33,7 @@ Isa pick_isa() {
   Isa isa = best_isa();
   if (const char* e = std::getenv("SHORTCONV_CPU_ISA")) {
     Isa want = isa;
-    if (!std::strcmp(e, "scalar")) want = Isa::scalar;
+    if (!std::strcmp(e, "sse2") || !std::strcmp(e, "scalar")) want = Isa::sse2;
     else if (!std::strcmp(e, "avx2")) want = Isa::avx2;
     else if (!std::strcmp(e, "avx512")) want = Isa::avx512;
     isa = std::min(isa, want);  // never above what the machine supports
@@ -47,10 +50,99 @@ int dtype_slot(sc_dtype dt) {
   }
 }
 
+// The phases below run inside run_impl's one parallel region: each is an
+// orphaned `omp for` (its implicit barrier separates it from the next).
+
+// 0: weights and bias -> A, packed [Dp/L][W+1][L] (only the tiles read them).
+template <class A>
+void pack_params(const Problem& p, const Plan& pl, int64_t L, A* wb) {
+  const int W = p.W;
+#pragma omp for schedule(static)
+  for (int64_t d = 0; d < (pl.run_tiles ? pl.Dp : 0); ++d) {
+    const bool real = d < p.D;
+    A* w = wb + (d / L) * (W + 1) * L + d % L;
+    for (int k = 0; k < W; ++k)
+      w[k * L] = real ? A(load_f64(p.weight.data, p.weight.dtype, p.weight.off(d, k))) : A(0);
+    w[W * L] = real && p.bias ? A(load_f64(p.bias.data, p.bias.dtype, p.bias.off(d))) : A(0);
+  }
+}
+
+// 1, for sequence n and channels [da, db): the halo, then (forward) the final
+// state or (backward) dh0 of a zero-length sequence.
+template <class A>
+void sequence_states(const Problem& p, const Plan& pl, A* halo, int64_t n, int64_t da, int64_t db) {
+  const int W = p.W, S = p.S;
+  const int64_t Dp = pl.Dp, r0 = p.h0_row(n), Ln = p.seq_len(n);
+  if (halo) {
+    A* h = halo + n * (W - 1) * Dp;  // [W-1][Dp]
+    for (int i = 0; i < W - 1; ++i)
+      for (int64_t d = da; d < db; ++d)
+        h[i * Dp + d] =
+            r0 >= 0 ? A(load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, S - (W - 1) + i))) : A(0);
+    if (db == p.D)
+      for (int i = 0; i < W - 1; ++i)
+        for (int64_t d = p.D; d < Dp; ++d) h[i * Dp + d] = A(0);
+  }
+  if (p.dir == Dir::fwd) {
+    // ht[j] = u[L+j]; ascending j reads h0[L+j] (>= j) before ht[j] is
+    // written, so ht may be h0's own row.
+    const int64_t r1 = p.ht_row(n);
+    if (r1 < 0) return;
+    const int64_t xb = seq_base(p, p.x, n);
+    for (int64_t d = da; d < db; ++d)
+      for (int j = 0; j < S; ++j) {
+        const int64_t pos = Ln + j;
+        double v = 0.0;
+        if (pos < S)
+          v = r0 >= 0 ? load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, pos)) : 0.0;
+        else
+          v = load_f64(p.x.data, p.x.dtype, xb + (pos - S) * p.x.stride[1] + d * p.x.stride[2]);
+        store_f64(p.ht.data, p.ht.dtype, p.ht.off(r1, d, j), v);
+      }
+  } else if (p.dh0 && Ln == 0) {  // dh0 = dht for a zero-length sequence
+    for (int64_t d = da; d < db; ++d)
+      for (int j = 0; j < S; ++j)
+        store_f64(p.dh0.data, p.dh0.dtype, p.dh0.off(n, d, j),
+                  p.dht ? load_f64(p.dht.data, p.dht.dtype, p.dht.off(n, d, j)) : 0.0);
+  }
+}
+
+// 1: states, per (sequence, channel block); work only when states are read
+// for the tiles or written.
+template <class A>
+void states(const Problem& p, const Plan& pl, A* halo) {
+  constexpr int64_t kStateBlock = 64;  // channels per task
+  const int64_t n_sblocks = ceil_div(p.D, kStateBlock);
+  const bool state_work = pl.halo || (p.dir == Dir::fwd ? bool(p.ht) : bool(p.dh0));
+#pragma omp for schedule(static)
+  for (int64_t task = 0; task < (state_work ? p.N * n_sblocks : 0); ++task) {
+    const int64_t n = task / n_sblocks;
+    const int64_t da = (task % n_sblocks) * kStateBlock, db = std::min(da + kStateBlock, p.D);
+    sequence_states(p, pl, halo, n, da, db);
+  }
+}
+
+// 3 (backward): dweight / dbias = sum of the tile partials in chunk order.
+template <class A>
+void reduce_partials(const Problem& p, const Plan& pl, int64_t L, const A* part) {
+  const int W = p.W;
+#pragma omp for schedule(static)
+  for (int64_t d = 0; d < p.D; ++d) {
+    const int64_t dt = d / pl.tile_d, dd = d - dt * pl.tile_d;
+    const int64_t in_tile = (dd / L) * (W + 1) * L + dd % L;  // [tile_d/L][W+1][L]
+    for (int k = 0; k <= W; ++k) {
+      if (k < W ? !p.dweight : !p.dbias) continue;
+      A s = 0;
+      for (int64_t ch = 0; ch < pl.n_chunks; ++ch)
+        s += part[(ch * pl.n_dtiles + dt) * (W + 1) * pl.tile_d + in_tile + k * L];
+      if (k < W) store_f64(p.dweight.data, p.dweight.dtype, p.dweight.off(d, k), double(s));
+      else store_f64(p.dbias.data, p.dbias.dtype, p.dbias.off(d), double(s));
+    }
+  }
+}
+
 template <class A>
 void run_impl(const Problem& p, const Plan& pl, char* ws) {
-  const int W = p.W, S = p.S;
-  const int64_t Dp = pl.Dp;
   Ctx c;
   c.p = &p;
   c.plan = &pl;
@@ -65,100 +157,29 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
   c.part = part;
   c.scr = pl.ws_scratch ? ws + pl.off_scr : nullptr;
 
-  const int wclass = W <= kMaxWClass ? W : 0;
+  const int wclass = p.W <= kMaxWClass ? p.W : 0;
   const int act = int(p.act);  // a listed activation id (validated)
   const TileFn tile_fn = p.dir == Dir::fwd ? K.fwd[slot][act][wclass] : K.bwd[slot][act][wclass];
-  const bool run_tiles = pl.run_tiles;
 
   // Waking a team costs more than a tiny call's work (decode steps): below
   // kMinElemsPerThread elements per thread, use fewer threads.  Safe because
   // the decomposition, and so every result, is independent of the team size.
   constexpr int64_t kMinElemsPerThread = int64_t(1) << 15;
-  const int64_t elems = ((Count(pl.total) + Count(p.N) * S) * std::max<int64_t>(p.D, 1)).value();
+  const int64_t elems = ((Count(pl.total) + Count(p.N) * p.S) * std::max<int64_t>(p.D, 1)).value();
   const int want = p.exec.num_threads > 0 ? p.exec.num_threads : omp_get_max_threads();
   const int nt = int(std::clamp<int64_t>(elems / kMinElemsPerThread, 1, std::max(want, 1)));
-  constexpr int64_t kStateBlock = 64;  // channels per phase-1 task
-  const int64_t n_sblocks = ceil_div(p.D, kStateBlock);
-
   const FpMode caller_mode = FpMode::current();  // every worker computes in the caller's modes
-  // Phase 1 has work only when states are read for the tiles or written.
-  const bool state_work = pl.halo || (p.dir == Dir::fwd ? bool(p.ht) : bool(p.dh0));
 
 #pragma omp parallel num_threads(nt)
   {
     const FpMode::Scope fp_scope(caller_mode);
-    // ---- 0: parameters (only the tiles read them) ----
-#pragma omp for schedule(static)
-    for (int64_t d = 0; d < (run_tiles ? Dp : 0); ++d) {
-      const bool real = d < p.D;
-      A* w = wb + (d / L) * (W + 1) * L + d % L;
-      for (int k = 0; k < W; ++k)
-        w[k * L] = real ? A(load_f64(p.weight.data, p.weight.dtype, p.weight.off(d, k))) : A(0);
-      w[W * L] = real && p.bias ? A(load_f64(p.bias.data, p.bias.dtype, p.bias.off(d))) : A(0);
-    }
-
-    // ---- 1: states, per (sequence, channel block) ----
-#pragma omp for schedule(static)
-    for (int64_t task = 0; task < (state_work ? p.N * n_sblocks : 0); ++task) {
-      const int64_t n = task / n_sblocks;
-      const int64_t da = (task % n_sblocks) * kStateBlock, db = std::min(da + kStateBlock, p.D);
-      const int64_t r0 = p.h0_row(n), Ln = p.seq_len(n);
-      if (halo) {
-        A* h = halo + n * (W - 1) * Dp;  // [W-1][Dp]
-        for (int i = 0; i < W - 1; ++i)
-          for (int64_t d = da; d < db; ++d)
-            h[i * Dp + d] = r0 >= 0 ? A(load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, S - (W - 1) + i))) : A(0);
-        if (db == p.D)
-          for (int i = 0; i < W - 1; ++i)
-            for (int64_t d = p.D; d < Dp; ++d) h[i * Dp + d] = A(0);
-      }
-      if (p.dir == Dir::fwd) {
-        // ht[j] = u[L+j]; ascending j reads h0[L+j] (>= j) before ht[j] is
-        // written, so ht may be h0's own row.
-        const int64_t r1 = p.ht_row(n);
-        if (r1 >= 0) {
-          const int64_t xb = seq_base(p, p.x, n);
-          for (int64_t d = da; d < db; ++d)
-            for (int j = 0; j < S; ++j) {
-              const int64_t pos = Ln + j;
-              double v = 0.0;
-              if (pos < S)
-                v = r0 >= 0 ? load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, pos)) : 0.0;
-              else
-                v = load_f64(p.x.data, p.x.dtype, xb + (pos - S) * p.x.stride[1] + d * p.x.stride[2]);
-              store_f64(p.ht.data, p.ht.dtype, p.ht.off(r1, d, j), v);
-            }
-        }
-      } else if (p.dh0 && Ln == 0) {  // dh0 = dht for a zero-length sequence
-        for (int64_t d = da; d < db; ++d)
-          for (int j = 0; j < S; ++j)
-            store_f64(p.dh0.data, p.dh0.dtype, p.dh0.off(n, d, j),
-                      p.dht ? load_f64(p.dht.data, p.dht.dtype, p.dht.off(n, d, j)) : 0.0);
-      }
-    }
-
-    // ---- 2: tiles ----
-    if (run_tiles) {
+    pack_params(p, pl, L, wb);  // 0
+    states(p, pl, halo);        // 1
+    if (pl.run_tiles) {         // 2: the tiles (cpu_kernels.hpp)
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < pl.n_tiles; ++t) tile_fn(c, t);
     }
-
-    // ---- 3: dweight / dbias = sum of tile partials in chunk order ----
-    if (p.dir == Dir::bwd && (p.dweight || p.dbias)) {
-#pragma omp for schedule(static)
-      for (int64_t d = 0; d < p.D; ++d) {
-        const int64_t dt = d / pl.tile_d, dd = d - dt * pl.tile_d;
-        const int64_t in_tile = (dd / L) * (W + 1) * L + dd % L;  // [tile_d/L][W+1][L]
-        for (int k = 0; k <= W; ++k) {
-          if (k < W ? !p.dweight : !p.dbias) continue;
-          A s = 0;
-          for (int64_t ch = 0; ch < pl.n_chunks; ++ch)
-            s += part[(ch * pl.n_dtiles + dt) * (W + 1) * pl.tile_d + in_tile + k * L];
-          if (k < W) store_f64(p.dweight.data, p.dweight.dtype, p.dweight.off(d, k), double(s));
-          else store_f64(p.dbias.data, p.dbias.dtype, p.dbias.off(d), double(s));
-        }
-      }
-    }
+    if (p.dir == Dir::bwd && (p.dweight || p.dbias)) reduce_partials(p, pl, L, part);  // 3
   }
 }
 

@@ -1,6 +1,7 @@
 // CPU backend: the forward and backward tile kernels (see cpu_plan.hpp for
-// the decomposition into tiles and pieces).  NO include guard: cpu_isa.cpp
-// includes this once per ISA inside that ISA's namespace, after cpu_simd.hpp.
+// the decomposition into tiles and pieces).  NO include guard: each per-ISA
+// unit (cpu_isa_{sse2,avx2,avx512}.cpp) includes this once inside that ISA's
+// namespace, after cpu_simd.hpp.
 //
 // Math (docs/semantics.md), per channel d, sequence n, off = S-(W-1),
 // u = h0 ++ x (so u[S+t] = x[t], and the W-1 entries before x[0] are the
@@ -8,8 +9,8 @@
 //
 //   forward   pre[t] = bias + sum_k w[k] * x[t-(W-1)+k]        (x[<0] = halo)
 //             y[t]   = act(pre[t]) + residual[t]
-//   backward  dpre[t] = dy[t] * act'(pre[t])
-//             dx[t]   = sum_k w[k] * dpre[t+W-1-k]  (dpre[>=L] = 0)
+//   backward  dpre[t] = dy[t] * act'(pre[t])                 (no dy: no dpre terms)
+//             dx[t]   = sum_k w[k] * dpre[t+W-1-k]  (k with t+W-1-k < L only)
 //                       + (S+t >= L ? dht[S+t-L] : 0)        -- a GATHER over dpre
 //             dh0[j]  = sum_k w[k] * dpre[j-off-k]  (0 <= j-off-k < L)
 //                       + (j >= L ? dht[j-L] : 0)
@@ -18,8 +19,9 @@
 // Ownership: a piece (n, [tb, te)) of a tile writes y[tb..te) (forward) or
 // dx[tb..te) (backward) for the tile's channels, and dh0 of sequence n when
 // tb == 0 (the piece that starts the sequence; it alone computes dpre[0..W-2]
-// with its own halo).  A backward piece recomputes pre/dpre for the W-1 rows
-// after te (never writes them), so any tile_t >= 1 gives the same sums.
+// with its own halo).  A backward piece recomputes pre/dpre for the rows
+// after te that its dx needs (at most W-1, never past the sequence end) and
+// writes no output for them, so any tile_t >= 1 gives the same sums.
 //
 // Loop order: time rows outside, vectors of L channels inside, so each tile
 // row is one contiguous run per tensor and every cache line is consumed once.
@@ -154,6 +156,110 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
   });
 }
 
+// The W taps and the W window entries u(k) = x[r-(W-1)+k] of one channel
+// vector at row r: in registers when W is a compile-time constant (WT > 0),
+// read from wv / the ring otherwise.  u(W-1) is row r itself, xv.
+template <class O, int WT>
+struct Window {
+  using V = typename O::V;
+  using A = typename O::A;
+  static constexpr int L = O::L;
+  const A* wv;
+  const A* rv;
+  int base, W;
+  V xv;
+  V w[WT ? WT : 1], u[WT ? WT : 1];
+
+  Window(const A* wv_, const A* rv_, int base_, int W_, V xv_)
+      : wv(wv_), rv(rv_), base(base_), W(W_), xv(xv_) {
+    if constexpr (WT > 0) {
+      for (int k = 0; k < W; ++k) w[k] = O::load(wv + k * L);
+      for (int k = 0; k < W - 1; ++k) u[k] = O::load(rv + ring_slot(base, k, W) * L);
+      u[W - 1] = xv;
+    }
+  }
+  V wk(int k) const {
+    if constexpr (WT > 0) return w[k]; else return O::load(wv + k * L);
+  }
+  V uk(int k) const {
+    if constexpr (WT > 0) return u[k];
+    else return k == W - 1 ? xv : O::load(rv + ring_slot(base, k, W) * L);
+  }
+};
+
+// The GATHER of the header for one channel vector of dx[r-(W-1)]:
+//   sum over the taps k in [k0, W) of w(k) * dpre(k),  dpre(k) = dpre[r-k].
+// Terms outside the sum are never formed: the caller starts at k0 > 0 where
+// rows r-k lie past the sequence end (a NaN / inf weight must not meet a zero
+// that is not there), and without dy there are no dpre terms at all
+// (semantics §2).  The hot loop and the sequence's last rows both use it;
+// each adds the dht term itself.
+template <class O, class WK, class GK>
+inline typename O::V gather_dx(int W, int k0, bool has_dy, WK&& w, GK&& dpre) {
+  typename O::V acc = O::zero();
+  for (int k = k0; k < W && has_dy; ++k) acc = O::fma(w(k), dpre(k), acc);
+  return acc;
+}
+
+// dh0 of the piece that starts sequence n, channels [d0, d0+nd):
+// dh0[jj] = sum_k w[k] dpre[jj-off-k] over the dpre rows 0 <= t < nh (still
+// in the ring; none without dy, semantics §2) + dht[jj-Ln] where jj >= Ln.
+template <class O, int WT>
+void bwd_store_dh0(const Problem& p, int64_t n, int64_t Ln, int64_t nh, int64_t d0, int64_t nd,
+                   const typename O::A* wb, const typename O::A* ring) {
+  using V = typename O::V;
+  constexpr int L = O::L;
+  const int W = WT ? WT : p.W, S = p.S, off = S - (W - 1);
+  const bool has_dy = bool(p.dy), has_dht = bool(p.dht);
+  for (int64_t j = 0, v = 0; j < nd; j += L, ++v) {
+    const int nl = int(std::min<int64_t>(L, nd - j));
+    const auto* wv = wb + v * (W + 1) * L;
+    const auto* gv = ring + (v * 2 * W + W) * L;
+    for (int jj = 0; jj < S; ++jj) {
+      V acc = O::zero();
+      for (int k = 0; k < W && has_dy; ++k) {
+        const int64_t t = int64_t(jj) - off - k;
+        if (t >= 0 && t < nh)
+          acc = O::fma(O::load(wv + k * L), O::load(gv + ring_slot(int(t), W - 1, W) * L), acc);
+      }
+      if (has_dht && jj >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, jj - Ln, nl);
+      store_state_lanes<O>(p.dh0, n, d0 + j, jj, nl, acc);
+    }
+  }
+}
+
+// The dx rows t_out in [tb, te) whose gather row r = t_out+W-1 lies past the
+// sequence end (r >= rend = Ln): only the taps k >= r-Ln+1, whose dpre rows
+// exist, take part.  dx_: at (token 0 of sequence n, channel d0).
+template <class O, int WT, class XT>
+void bwd_dx_tail(const Problem& p, int64_t n, int64_t tb, int64_t te, int64_t Ln, int64_t rend,
+                 int64_t d0, int64_t nd, const typename O::A* wb, const typename O::A* ring,
+                 XT* dx_) {
+  using V = typename O::V;
+  constexpr int L = O::L;
+  const int W = WT ? WT : p.W, S = p.S;
+  const int64_t dxst = p.dx.stride[1], dxsd = p.dx.stride[2];
+  const bool has_dy = bool(p.dy), has_dht = bool(p.dht);
+  for (int64_t r = std::max(rend, tb + W - 1); r < te + W - 1; ++r) {
+    const int base = int((r - tb) % W);
+    const int64_t t_out = r - (W - 1);
+    for (int64_t j = 0, v = 0; j < nd; j += L, ++v) {
+      const int nl = int(std::min<int64_t>(L, nd - j));
+      const auto* wv = wb + v * (W + 1) * L;
+      const auto* gv = ring + (v * 2 * W + W) * L;
+      auto wk = [&](int k) { return O::load(wv + k * L); };
+      auto dpre = [&](int k) { return O::load(gv + ring_slot(base, W - 1 - k, W) * L); };
+      V acc = gather_dx<O>(W, int(r - Ln + 1), has_dy, wk, dpre);
+      if (has_dht && S + t_out >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t_out - Ln, nl);
+      store_lanes<O>(dx_ + t_out * dxst + j * dxsd, dxsd, nl, acc);
+    }
+  }
+}
+
+// A backward piece: rows [tb, rend) compute dpre into the ring, add the
+// dweight / dbias partials of the rows < te and complete dx[r-(W-1)] (the
+// hot loop); then the dx rows whose gather reaches past the sequence end
+// (bwd_dx_tail), and dh0 once the first piece holds dpre rows 0..nh-1.
 template <class O, int WT, class XT, class Act>
 void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int64_t d0,
                int64_t d1, typename O::A* part, typename O::A* ring) {
@@ -161,8 +267,7 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
   using A = typename O::A;
   constexpr int L = O::L;
   const Problem& p = *c.p;
-  const int W = WT ? WT : p.W;
-  const int S = p.S, off = p.S - (W - 1);
+  const int W = WT ? WT : p.W, S = p.S;
   const A* wb = static_cast<const A*>(c.wT) + d0 * (W + 1);  // [Dp/L][W+1][L], from channel d0
   // x, dy, dx: [B, T, D] views; *_ point at (token 0 of sequence n, channel d0)
   const int64_t xst = p.x.stride[1], xsd = p.x.stride[2];
@@ -171,10 +276,8 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
   const XT* dy_ = p.dy ? p.dy.ptr<const XT>() + seq_base(p, p.dy, n) + d0 * gsd : nullptr;
   const int64_t dxst = p.dx.stride[1], dxsd = p.dx.stride[2];
   XT* dx_ = p.dx ? p.dx.ptr<XT>() + seq_base(p, p.dx, n) + d0 * dxsd : nullptr;
-  const int64_t nd = d1 - d0;
-  const bool want_dh0 = p.dh0 && tb == 0;
-  const bool has_dht = bool(p.dht);
-  const int64_t nh = std::min<int64_t>(W - 1, Ln);  // dpre rows that reach h0
+  const bool want_dh0 = p.dh0 && tb == 0, has_dht = bool(p.dht);
+  const int64_t nd = d1 - d0, nh = std::min<int64_t>(W - 1, Ln);  // nh: dpre rows that reach h0
   // Rows whose dpre is needed: the piece, W-1 rows of look-ahead for dx, and
   // (first piece) the rows that reach h0.
   const int64_t rend = dx_ ? std::min<int64_t>(te + W - 1, Ln) : std::max(te, want_dh0 ? nh : 0);
@@ -182,27 +285,8 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
   const bool contig = xsd == 1 && (!dy_ || gsd == 1) && (!dx_ || dxsd == 1);
   const int64_t nfull = contig ? nd / L * L : 0;
 
-  fill_x_ring<O, WT, XT>(c, n, tb, d0, d1, ring, 2);
-
-  // dh0[jj] = sum_k w[k] dpre[jj-off-k] (rows < nh, still in the ring) + dht[jj-L]
-  auto store_dh0 = [&]() {
-    for (int64_t j = 0, v = 0; j < nd; j += L, ++v) {
-      const int nl = int(std::min<int64_t>(L, nd - j));
-      const A* wv = wb + v * (W + 1) * L;
-      const A* gv = ring + (v * RW + W) * L;
-      for (int jj = 0; jj < S; ++jj) {
-        V acc = O::zero();
-        for (int k = 0; k < W && dy_; ++k) {  // no dy: no dpre terms (semantics §2)
-          const int64_t t = int64_t(jj) - off - k;
-          if (t >= 0 && t < nh) acc = O::fma(O::load(wv + k * L), O::load(gv + ring_slot(int(t), W - 1, W) * L), acc);
-        }
-        if (has_dht && jj >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, jj - Ln, nl);
-        store_state_lanes<O>(p.dh0, n, d0 + j, jj, nl, acc);
-      }
-    }
-  };
-  if (want_dh0 && nh == 0) store_dh0();
-
+  fill_x_ring<O, WT, XT>(c, n, tb, d0, d1, ring, 2);  // ring: [td/L][2W][L]
+  if (want_dh0 && nh == 0) bwd_store_dh0<O, WT>(p, n, Ln, nh, d0, nd, wb, ring);
   for_rows<WT>(tb, rend, W, [&](int64_t r, auto base_) {
     const int base = int(base_);                 // slot of position r-(W-1)
     const int cur = ring_slot(base, W - 1, W);   // slot of position r
@@ -215,26 +299,14 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
     const bool pf = r + kPrefetchRows < rend;
     auto vec = [&](int64_t j, int nl, const A* wv, A* rv, A* pv, auto full) {
       constexpr bool F = decltype(full)::value;
-      V w[WT ? WT : 1], u[WT ? WT : 1];  // WT > 0: taps and window in registers
-      auto wk = [&](int k) -> V {
-        if constexpr (WT > 0) return w[k]; else return O::load(wv + k * L);
-      };
       V xv;
       if constexpr (F) xv = O::load_x(xr + j); else xv = load_lanes<O>(xr + j * xsd, xsd, nl);
-      if constexpr (WT > 0) {
-        for (int k = 0; k < W; ++k) w[k] = O::load(wv + k * L);
-        for (int k = 0; k < W - 1; ++k) u[k] = O::load(rv + ring_slot(base, k, W) * L);
-        u[W - 1] = xv;
-      }
-      auto uk = [&](int k) -> V {
-        if constexpr (WT > 0) return u[k];
-        else return k == W - 1 ? xv : O::load(rv + ring_slot(base, k, W) * L);
-      };
+      const Window<O, WT> win(wv, rv, base, W, xv);
       O::store(rv + cur * L, xv);
       V dp = O::zero();
       if (gr) {
         V acc = O::load(wv + W * L);  // bias
-        for (int k = 0; k < W; ++k) acc = O::fma(wk(k), uk(k), acc);
+        for (int k = 0; k < W; ++k) acc = O::fma(win.wk(k), win.uk(k), acc);
         V gy;
         if constexpr (F) gy = O::load_x(gr + j); else gy = load_lanes<O>(gr + j * gsd, gsd, nl);
         dp = Act::template dgrad<O>(gy, acc);
@@ -242,13 +314,13 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
       A* gv = rv + W * L;  // dpre slots
       O::store(gv + cur * L, dp);
       if (pv && gr) {  // [W+1][L]: dweight taps, then dbias (no dy: no terms)
-        for (int k = 0; k < W; ++k) O::store(pv + k * L, O::fma(dp, uk(k), O::load(pv + k * L)));
+        for (int k = 0; k < W; ++k) O::store(pv + k * L, O::fma(dp, win.uk(k), O::load(pv + k * L)));
         O::store(pv + W * L, O::load(pv + W * L) + dp);
       }
-      if (dxr) {  // dx[t_out] = sum_k w[k] dpre[t_out+W-1-k]; k = 0 is this row
-        V acc = O::zero();
-        for (int k = 0; k < W && gr; ++k)
-          acc = O::fma(wk(k), k == 0 ? dp : O::load(gv + ring_slot(base, W - 1 - k, W) * L), acc);
+      if (dxr) {  // every dpre row r-k of the gather exists (r < rend <= Ln); k = 0 is this row
+        auto wk = [&](int k) { return win.wk(k); };
+        auto dpre = [&](int k) { return k == 0 ? dp : O::load(gv + ring_slot(base, W - 1 - k, W) * L); };
+        V acc = gather_dx<O>(W, 0, gr != nullptr, wk, dpre);
         if (dht_row) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t_out - Ln, nl);
         if constexpr (F) O::store_x(dxr + j, acc); else store_lanes<O>(dxr + j * dxsd, dxsd, nl, acc);
       }
@@ -268,34 +340,15 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
     }
     for (; j < nd; j += L, wv += (W + 1) * L, rv += RW * L, pv += pstep)
       vec(j, int(std::min<int64_t>(L, nd - j)), wv, rv, pv, std::false_type{});
-    if (want_dh0 && r == nh - 1) store_dh0();
+    if (want_dh0 && r == nh - 1) bwd_store_dh0<O, WT>(p, n, Ln, nh, d0, nd, wb, ring);
   });
-  if (dx_) {  // the last W-1 dx rows of the sequence: dpre rows past its end do not exist
-    for (int64_t r = std::max(rend, tb); r < te + W - 1; ++r) {
-      const int base = int((r - tb) % W), cur = ring_slot(base, W - 1, W);
-      const int64_t t_out = r - (W - 1);
-      for (int64_t j = 0, v = 0; j < nd; j += L, ++v) {
-        const int nl = int(std::min<int64_t>(L, nd - j));
-        const A* wv = wb + v * (W + 1) * L;
-        A* gv = ring + (v * RW + W) * L;
-        O::store(gv + cur * L, O::zero());
-        if (t_out < tb) continue;
-        V acc = O::zero();
-        // only the taps whose dpre row r-k lies inside the sequence (never w * 0
-        // for a row that is not there: a NaN / inf weight must not meet it)
-        for (int k = int(std::max<int64_t>(0, r - Ln + 1)); k < W && dy_; ++k)
-          acc = O::fma(O::load(wv + k * L), O::load(gv + ring_slot(base, W - 1 - k, W) * L), acc);
-        if (has_dht && S + t_out >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t_out - Ln, nl);
-        store_lanes<O>(dx_ + t_out * dxst + j * dxsd, dxsd, nl, acc);
-      }
-    }
-  }
+  if (dx_) bwd_dx_tail<O, WT>(p, n, tb, te, Ln, rend, d0, nd, wb, ring, dx_);
 }
 
 // Rings of a tile: on the stack when they fit, else the tile's workspace slot.
 template <class A>
 struct Rings {
-  alignas(64) A stack[TilePolicy::kStackRingBytes / sizeof(A)];
+  alignas(64) A stack[Tiling::kStackRingBytes / sizeof(A)];
   A* get(const Ctx& c, int64_t tile) {
     return c.plan->ws_scratch ? static_cast<A*>(c.scr) + tile * c.plan->ring_elems : stack;
   }

@@ -1,4 +1,4 @@
-// CPU backend: the tiling policy, the workspace layout and the per-call context.
+// CPU backend: the tiling, the workspace layout and the per-call context.
 //
 // Work decomposition (identical for forward and backward, and a function of
 // the shapes and forced tiles only -- never of the thread count or the ISA):
@@ -44,7 +44,8 @@ namespace shortconv::cpu {
 struct bf16_t { uint16_t bits; };
 struct f16_t { uint16_t bits; };
 
-struct TilePolicy {
+// The tile sizes and the stack budget of the decomposition above.
+struct Tiling {
   // Channel granularity: tiles and the padded channel count are multiples of
   // this (the widest vector, 16 floats in a 512-bit register).
   static constexpr int64_t kLane = 16;
@@ -62,9 +63,9 @@ struct TilePolicy {
   // ones (forced wide tiles, huge W) live per tile in the workspace.
   static constexpr size_t kStackRingBytes = 32 * 1024;
 };
-static_assert(TilePolicy::kAutoTileD % TilePolicy::kLane == 0, "tile_d must be whole vectors");
-static_assert(TilePolicy::kAutoTileT >= 1, "tile_t must be positive");
-static_assert(2 * 4 * TilePolicy::kAutoTileD * 4 <= TilePolicy::kStackRingBytes,
+static_assert(Tiling::kAutoTileD % Tiling::kLane == 0, "tile_d must be whole vectors");
+static_assert(Tiling::kAutoTileT >= 1, "tile_t must be positive");
+static_assert(2 * 4 * Tiling::kAutoTileD * 4 <= Tiling::kStackRingBytes,
               "W = 4 rings of an automatic tile must fit the stack budget");
 
 struct Plan {
@@ -92,12 +93,12 @@ inline Plan make_plan(const Problem& p) {
   Plan pl;
   const int W = p.W;
   pl.acc = p.act_dtype == SC_F64 ? 8 : 4;
-  const Count Dp = round_up(Count(std::max<int64_t>(p.D, 1)), TilePolicy::kLane);
+  const Count Dp = round_up(Count(std::max<int64_t>(p.D, 1)), Tiling::kLane);
   pl.Dp = Dp.value();
-  pl.tile_d = p.exec.tile_d > 0 ? clamp_tile(p.exec.tile_d, pl.Dp) : TilePolicy::kAutoTileD;
-  pl.tile_d = std::min(round_up(Count(pl.tile_d), TilePolicy::kLane).value(), pl.Dp);
+  pl.tile_d = p.exec.tile_d > 0 ? clamp_tile(p.exec.tile_d, pl.Dp) : Tiling::kAutoTileD;
+  pl.tile_d = std::min(round_up(Count(pl.tile_d), Tiling::kLane).value(), pl.Dp);
   pl.total = p.packed ? p.T : p.B * p.T;  // fits: x's element count (B*T first) was checked
-  pl.tile_t = p.exec.tile_t > 0 ? clamp_tile(p.exec.tile_t, pl.total) : TilePolicy::kAutoTileT;
+  pl.tile_t = p.exec.tile_t > 0 ? clamp_tile(p.exec.tile_t, pl.total) : Tiling::kAutoTileT;
   pl.n_chunks = ceil_div(pl.total, pl.tile_t);
   pl.n_dtiles = p.D > 0 ? ceil_div(p.D, pl.tile_d) : 0;
   const Count tiles = Count(pl.n_chunks) * pl.n_dtiles;
@@ -105,7 +106,7 @@ inline Plan make_plan(const Problem& p) {
   const int rings = p.dir == Dir::fwd ? 1 : 2;  // x window (+ dpre window)
   const Count ring = Count(rings) * W * pl.tile_d;
   pl.ring_elems = ring.value();
-  pl.ws_scratch = (ring * int64_t(pl.acc)).value() > int64_t(TilePolicy::kStackRingBytes);
+  pl.ws_scratch = (ring * int64_t(pl.acc)).value() > int64_t(Tiling::kStackRingBytes);
   const bool wanted = p.dir == Dir::fwd ? bool(p.y) : (p.dx || p.dh0 || p.dweight || p.dbias);
   pl.run_tiles = wanted && pl.total > 0 && p.D > 0;
   pl.halo = p.h0 && W > 1 && pl.run_tiles;
@@ -166,8 +167,9 @@ inline void for_each_piece(const Problem& p, const Plan& pl, int64_t c, F&& f) {
   }
 }
 
-// Kernel entry points, one table per ISA (cpu_isa.cpp).  A tile kernel
-// processes tile `tile` = chunk * n_dtiles + d-tile completely.
+// Kernel entry points, one table per ISA (cpu_isa_{sse2,avx2,avx512}.cpp;
+// cpu_isa.cpp picks one).  A tile kernel processes tile `tile` =
+// chunk * n_dtiles + d-tile completely.
 using TileFn = void (*)(const Ctx& c, int64_t tile);
 constexpr int kMaxWClass = 4;  // W 1..4 get register-window kernels, other W the generic one
 struct Kernels {
@@ -177,7 +179,8 @@ struct Kernels {
   TileFn fwd[4][Activations::kCount][kMaxWClass + 1];
   TileFn bwd[4][Activations::kCount][kMaxWClass + 1];
 };
-enum class Isa { scalar = 0, avx2 = 1, avx512 = 2 };
+// Instruction sets, in order: a machine that runs one runs every lower one.
+enum class Isa { sse2 = 0, avx2 = 1, avx512 = 2 };
 const Kernels& kernels(Isa isa);
 Isa best_isa();
 

@@ -1,10 +1,11 @@
 // CPU backend: vector operations for ONE instruction set.
 //
-// NO include guard on purpose: cpu_isa.cpp includes this file (and
-// cpu_kernels.hpp) once per ISA, each time inside its own namespace and under
-// `#pragma GCC target(...)`, with SC_ISA set to 0 (baseline x86-64: SSE2),
-// 1 (AVX2+FMA+F16C) or 2 (AVX-512 F/BW/DQ/VL).  The library therefore runs on
-// any x86-64 and picks the widest kernels at run time (cpu.cpp).
+// NO include guard on purpose: each per-ISA unit (cpu_isa_sse2.cpp,
+// cpu_isa_avx2.cpp, cpu_isa_avx512.cpp) includes this file and cpu_kernels.hpp
+// once, inside its own namespace and `#pragma GCC target(...)`, with SC_ISA
+// set to 0 (baseline x86-64: SSE2), 1 (AVX2+FMA+F16C) or 2 (AVX-512
+// F/BW/DQ/VL).  The library therefore runs on any x86-64 and picks the widest
+// kernels at run time (cpu_isa.cpp).
 //
 // Ops structs: A = accumulation type, V = a vector of L lanes of A (GCC vector
 // extensions: + - * / and ?: work lane-wise), loads/stores that convert from /
@@ -135,7 +136,7 @@ struct OpsF {
 #else
     const VU u = (VU)v;
     VU r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    r = (u & 0x7fffffffu) > 0x7f800000u ? ((u >> 16) | 0x40u) : r;  // quiet NaN
+    r = v != v ? ((u >> 16) | 0x40u) : r;  // NaN: quieted, never rounded to inf
     const VH h = __builtin_convertvector(r, VH);
     std::memcpy(p, &h, sizeof h);
 #endif

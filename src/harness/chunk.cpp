@@ -87,39 +87,99 @@ void cut(const Case& c, const Inputs& in, const std::vector<int64_t>& lo,
   *oi = r;
 }
 
+namespace {
+
+// The whole run of c with the loss on tail outputs only: dy zero on every
+// head token (dy = 1 where c has none), every gradient requested.
+void whole_run(const Case& c, const Inputs& in, const std::vector<int64_t>& split, Case* cw,
+               Inputs* iw) {
+  const int64_t N = c.num_seqs(), D = c.D;
+  *cw = c;
+  cw->pool = 0;
+  cw->h0_index.clear();
+  cw->ht_index.clear();
+  cw->in_place = false;
+  cw->ht = true;
+  cw->dht = false;
+  cw->dy = true;
+  cw->dy_broadcast = false;
+  cw->want_dx = cw->want_dweight = cw->want_dbias = cw->want_dh0 = true;
+  *iw = in;
+  iw->dht.clear();
+  const std::vector<int64_t> st = seq_starts(c);
+  std::vector<double> dy(size_t(c.xb() * c.xt() * D));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t t = 0; t < seq_len(c, n); ++t)
+      for (int64_t d = 0; d < D; ++d) {
+        const size_t i = size_t((st[size_t(n)] + t) * D + d);
+        const double g = in.dy.empty() ? 1.0 : in.dy[c.dy_broadcast ? size_t(d) : i];
+        dy[i] = t < split[size_t(n)] ? 0.0 : g;
+      }
+  iw->dy = dy;
+}
+
+// Head and tail y against the whole run's, bitwise (forward_bitexact), and
+// head ++ tail dx in the whole run's order (*dx).
+void join_rows(ChunkResult& R, const Case& cw, const Case& hc, const Case& tc,
+               const std::vector<int64_t>& split, std::vector<double>* dx) {
+  const int64_t D = cw.D;
+  const std::vector<int64_t> sw = seq_starts(cw), sh = seq_starts(hc), stl = seq_starts(tc);
+  auto same = [](double a, double b) {
+    return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
+  };
+  R.forward_bitexact = true;
+  dx->assign(R.whole.dx.size(), 0.0);
+  for (int64_t n = 0; n < cw.num_seqs(); ++n)
+    for (int64_t t = 0; t < seq_len(cw, n); ++t) {
+      const bool head = t < split[size_t(n)];
+      const int64_t row = head ? sh[size_t(n)] + t : stl[size_t(n)] + t - split[size_t(n)];
+      const std::vector<double>& y = head ? R.head.y : R.tail.y;
+      const std::vector<double>& g = head ? R.head_bwd.dx : R.tail.dx;
+      for (int64_t d = 0; d < D; ++d) {
+        const size_t wi = size_t((sw[size_t(n)] + t) * D + d), ci = size_t(row * D + d);
+        if (!same(R.whole.y[wi], y[ci])) R.forward_bitexact = false;
+        (*dx)[wi] = g[ci];
+      }
+    }
+}
+
+// The gradient at the cut: the whole run's du at u positions [split, split+S)
+// (u = h0 ++ x) against the tail's dh0; ratio over the last W-1 slots.
+void cut_gradient(ChunkResult& R, const Case& cw, const std::vector<int64_t>& split) {
+  const int64_t N = cw.num_seqs(), D = cw.D, S = cw.state_len(), W = cw.W;
+  const std::vector<int64_t> sw = seq_starts(cw);
+  R.grad_whole.assign(size_t(N * D * S), 0.0);
+  R.grad_chunked = R.tail.dh0;
+  double nw = 0, nc = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t d = 0; d < D; ++d)
+      for (int64_t j = 0; j < S; ++j) {
+        const int64_t p = split[size_t(n)] + j;
+        const size_t gi = size_t((n * D + d) * S + j);
+        R.grad_whole[gi] = p < S ? R.whole.dh0[size_t((n * D + d) * S + p)]
+                                 : R.whole.dx[size_t((sw[size_t(n)] + p - S) * D + d)];
+        if (j >= S - (W - 1)) {
+          nw += R.grad_whole[gi] * R.grad_whole[gi];
+          nc += R.grad_chunked[gi] * R.grad_chunked[gi];
+        }
+      }
+  R.ratio = nw > 0 ? std::sqrt(nc / nw) : (nc > 0 ? INFINITY : 1.0);
+  R.grad_err = rel_err(R.grad_chunked, R.grad_whole);
+}
+
+}  // namespace
+
 ChunkResult run_chunked(const Case& c, const Inputs& in, const std::vector<int64_t>& split,
                         sc_backend backend) {
   ChunkResult R;
-  const int64_t N = c.num_seqs(), D = c.D, S = c.state_len(), W = c.W;
+  const int64_t N = c.num_seqs();
   std::vector<int64_t> zero(size_t(N), 0);
   std::vector<int64_t> len(size_t(N), 0);
   for (int64_t n = 0; n < N; ++n) len[size_t(n)] = seq_len(c, n);
 
-  // The whole run: loss on tail outputs only (dy zero on every head token).
-  Case cw = c;
-  cw.pool = 0;
-  cw.h0_index.clear();
-  cw.ht_index.clear();
-  cw.in_place = false;
-  cw.ht = true;
-  cw.dht = false;
-  cw.dy = true;
-  cw.dy_broadcast = false;
-  cw.want_dx = cw.want_dweight = cw.want_dbias = cw.want_dh0 = true;
-  Inputs iw = in;
-  iw.dht.clear();
-  {
-    const std::vector<int64_t> st = seq_starts(c);
-    std::vector<double> dy(size_t(c.xb() * c.xt() * D));
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t t = 0; t < len[size_t(n)]; ++t)
-        for (int64_t d = 0; d < D; ++d) {
-          const size_t i = size_t((st[size_t(n)] + t) * D + d);
-          const double g = in.dy.empty() ? 1.0 : in.dy[c.dy_broadcast ? size_t(d) : i];
-          dy[i] = t < split[size_t(n)] ? 0.0 : g;
-        }
-    iw.dy = dy;
-  }
+  Case cw;
+  Inputs iw;
+  whole_run(c, in, split, &cw, &iw);
   R.whole = run(cw, iw, backend, kBoth);
 
   Case hc, tc;
@@ -145,44 +205,10 @@ ChunkResult run_chunked(const Case& c, const Inputs& in, const std::vector<int64
     }
   if (!R.error.empty()) return R;
 
-  const std::vector<int64_t> sw = seq_starts(cw), sh = seq_starts(hc), stl = seq_starts(tc);
-  auto same = [](double a, double b) {
-    return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
-  };
-  R.forward_bitexact = true;
-  std::vector<double> dx(R.whole.dx.size());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t t = 0; t < len[size_t(n)]; ++t) {
-      const bool head = t < split[size_t(n)];
-      const int64_t row = head ? sh[size_t(n)] + t : stl[size_t(n)] + t - split[size_t(n)];
-      const std::vector<double>& y = head ? R.head.y : R.tail.y;
-      const std::vector<double>& g = head ? R.head_bwd.dx : R.tail.dx;
-      for (int64_t d = 0; d < D; ++d) {
-        const size_t wi = size_t((sw[size_t(n)] + t) * D + d), ci = size_t(row * D + d);
-        if (!same(R.whole.y[wi], y[ci])) R.forward_bitexact = false;
-        dx[wi] = g[ci];
-      }
-    }
+  std::vector<double> dx;
+  join_rows(R, cw, hc, tc, split, &dx);
   R.state_bitexact = bit_equal(R.tail.ht, R.whole.ht);
-
-  // du of the whole run at u positions [split, split + S): u = h0 ++ x.
-  R.grad_whole.assign(size_t(N * D * S), 0.0);
-  R.grad_chunked = R.tail.dh0;
-  double nw = 0, nc = 0;
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t d = 0; d < D; ++d)
-      for (int64_t j = 0; j < S; ++j) {
-        const int64_t p = split[size_t(n)] + j;
-        const size_t gi = size_t((n * D + d) * S + j);
-        R.grad_whole[gi] = p < S ? R.whole.dh0[size_t((n * D + d) * S + p)]
-                                 : R.whole.dx[size_t((sw[size_t(n)] + p - S) * D + d)];
-        if (j >= S - (W - 1)) {
-          nw += R.grad_whole[gi] * R.grad_whole[gi];
-          nc += R.grad_chunked[gi] * R.grad_chunked[gi];
-        }
-      }
-  R.ratio = nw > 0 ? std::sqrt(nc / nw) : (nc > 0 ? INFINITY : 1.0);
-  R.grad_err = rel_err(R.grad_chunked, R.grad_whole);
+  cut_gradient(R, cw, split);
 
   R.dx_err = rel_err(dx, R.whole.dx);
   auto sum = [](const std::vector<double>& a, const std::vector<double>& b) {

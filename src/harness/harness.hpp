@@ -1,7 +1,7 @@
 // The one test harness: describe a case, make random inputs, run any backend
 // through the C ABI, fetch outputs as double vectors, compare to the oracle.
 //
-// Every backend (ref, cpu, cuda) is driven the same way:
+// Every backend is driven the same way:
 //   Case  -> make_inputs()  (random, never zero, rounded to their storage dtype)
 //         -> Prepared       (encodes the inputs into strided buffers, host or
 //                            device; outputs poisoned with a NaN payload)
@@ -164,6 +164,10 @@ class Prepared {
   Buffer fws_, bws_;
   void* stream_ = nullptr;
   Tensor* add(std::unique_ptr<Tensor> t);
+  void add_inputs(const Inputs* in);  // the constructor's steps, in order
+  void add_outputs();
+  void build_args();
+  void allocate_workspaces();
   void sync() const;
 };
 
@@ -188,11 +192,22 @@ double tolerance(sc_dtype out_dtype, sc_dtype act_dtype);
 // "" or a description of each failure ("dx: rel err 3e-3 > 1e-5").
 std::string compare(const Case& c, const Outputs& got, const Outputs& ref);
 
+// Backends are named by the library (sc_backend_name, sc_has_backend); the
+// harness adds only where a backend's tensors live, which decides how it
+// allocates them.
+//
 // Whether a CUDA device is actually present (cudaGetDeviceCount > 0); false
 // when the harness is built without CUDA.
 bool cuda_device_present();
-// Backends compiled in and usable here (ref, cpu, and cuda when a device is present).
+// Whether backend b's tensors and workspace live in device memory (allocated
+// with CUDA by the harness); the C ABI does not say, so this is the one place
+// the harness knows a backend by its id.
+bool on_device(sc_backend b);
+// Compiled in, and for a device backend a device is present.
+bool usable(sc_backend b);
+// Every usable backend, in sc_backend order.
 std::vector<sc_backend> usable_backends();
+// sc_backend_name(b), or "?" for an id the library does not know.
 const char* backend_name(sc_backend b);
 
 // ---- chunked computations (chunk.cpp) ---------------------------------------

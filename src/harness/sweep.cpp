@@ -14,86 +14,100 @@ std::vector<int64_t> edge_lengths(int W, int64_t long_len) {
   return l;
 }
 
-Case random_case(std::mt19937_64& rng, const Space& sp) {
-  auto pick = [&](int64_t lo, int64_t hi) {  // uniform in [lo, hi]
-    return lo + int64_t(rng() % uint64_t(hi - lo + 1));
-  };
-  auto coin = [&](double p) { return double(rng() % 1000) < p * 1000.0; };
+namespace {
 
+// Uniform draws from one generator.
+struct Draw {
+  std::mt19937_64& rng;
+  int64_t pick(int64_t lo, int64_t hi) {  // in [lo, hi]
+    return lo + int64_t(rng() % uint64_t(hi - lo + 1));
+  }
+  bool coin(double p) { return double(rng() % 1000) < p * 1000.0; }
+};
+
+// h0 / ht / dht / dh0, transposed states, and pools addressed by indices with
+// -1 entries, in place or not.
+void draw_states(Draw& r, Case& c) {
+  const int64_t N = c.num_seqs();
+  c.h0 = r.coin(0.6);
+  c.ht = r.coin(0.6);
+  c.dht = r.coin(0.5);
+  c.want_dh0 = r.coin(0.7);
+  c.state_transposed = r.coin(0.2);
+  if ((c.h0 || c.ht) && r.coin(0.4)) {  // a pool addressed by indices, with -1 entries
+    c.pool = N + r.pick(0, 3);
+    std::vector<int64_t> rows(size_t(c.pool));
+    std::iota(rows.begin(), rows.end(), 0);
+    std::shuffle(rows.begin(), rows.end(), r.rng);
+    c.in_place = c.h0 && c.ht && r.coin(0.5);
+    for (int64_t n = 0; n < N; ++n) {
+      // in place, a sequence reads and writes only its own row
+      const int64_t own = rows[size_t(n)];
+      c.h0_index.push_back(r.coin(0.25) ? -1 : c.in_place ? own : r.pick(0, c.pool - 1));
+      c.ht_index.push_back(r.coin(0.25) ? -1 : own);
+    }
+  } else if (c.h0 && c.ht) {
+    c.in_place = r.coin(0.3);
+  }
+}
+
+}  // namespace
+
+Case random_case(std::mt19937_64& rng, const Space& sp) {
+  Draw r{rng};
   Case c;
   c.seed = rng();
-  c.W = int(pick(sp.W_min, sp.W_max));
-  const int choice = int(pick(0, 2));
+  c.W = int(r.pick(sp.W_min, sp.W_max));
+  const int choice = int(r.pick(0, 2));
   c.S = choice == 0 ? c.W - 1 : choice == 1 ? c.W : c.W + 3;
-  c.act = coin(0.7) ? SC_ACT_SILU : SC_ACT_NONE;
-  c.D = pick(1, sp.D_max);
+  c.act = r.coin(0.7) ? SC_ACT_SILU : SC_ACT_NONE;
+  c.D = r.pick(1, sp.D_max);
   c.act_dtype = c.param_dtype = c.state_dtype = SC_F32;
   if (sp.dtypes) {
     const std::vector<sc_dtype>& a = sp.act_dtypes;
     const sc_dtype all[4] = {SC_F32, SC_F16, SC_BF16, SC_F64};
-    c.act_dtype = a[size_t(pick(0, int64_t(a.size()) - 1))];
-    c.param_dtype = all[pick(0, 3)];
-    c.state_dtype = coin(0.5) ? c.act_dtype : all[pick(0, 3)];
-    c.index_dtype = coin(0.5) ? SC_I32 : SC_I64;
+    c.act_dtype = a[size_t(r.pick(0, int64_t(a.size()) - 1))];
+    c.param_dtype = all[r.pick(0, 3)];
+    c.state_dtype = r.coin(0.5) ? c.act_dtype : all[r.pick(0, 3)];
+    c.index_dtype = r.coin(0.5) ? SC_I32 : SC_I64;
   }
 
-  const std::vector<int64_t> edges = edge_lengths(c.W, sp.long_len + pick(0, 9));
-  auto edge = [&]() { return edges[size_t(pick(0, int64_t(edges.size()) - 1))]; };
-  if (sp.packed && coin(0.5)) {
+  const std::vector<int64_t> edges = edge_lengths(c.W, sp.long_len + r.pick(0, 9));
+  auto edge = [&]() { return edges[size_t(r.pick(0, int64_t(edges.size()) - 1))]; };
+  if (sp.packed && r.coin(0.5)) {
     c.packed = true;
-    const int64_t n = pick(0, 12);
-    for (int64_t i = 0; i < n; ++i) c.lengths.push_back(coin(0.8) ? pick(0, c.W + 1) : edge());
-    c.packed_2d = coin(0.3);
+    const int64_t n = r.pick(0, 12);
+    for (int64_t i = 0; i < n; ++i) c.lengths.push_back(r.coin(0.8) ? r.pick(0, c.W + 1) : edge());
+    c.packed_2d = r.coin(0.3);
   } else {
-    c.B = pick(1, 3);
+    c.B = r.pick(1, 3);
     c.T = edge();
   }
 
   if (sp.layouts) {
-    const int l = int(pick(0, 2));
+    const int l = int(r.pick(0, 2));
     c.layout = l == 0 ? Layout::token_major : l == 1 ? Layout::channel_major : Layout::strided;
-    c.view_mult = pick(2, 3);
-    c.view_slot = pick(0, c.view_mult - 1);
-    c.dy_broadcast = coin(0.2);
+    c.view_mult = r.pick(2, 3);
+    c.view_slot = r.pick(0, c.view_mult - 1);
+    c.dy_broadcast = r.coin(0.2);
   }
   if (sp.optionals) {
-    c.bias = coin(0.6);
-    c.residual = coin(0.4);
-    c.dy = coin(0.9);
+    c.bias = r.coin(0.6);
+    c.residual = r.coin(0.4);
+    c.dy = r.coin(0.9);
   }
-  if (sp.states) {
-    const int64_t N = c.num_seqs();
-    c.h0 = coin(0.6);
-    c.ht = coin(0.6);
-    c.dht = coin(0.5);
-    c.want_dh0 = coin(0.7);
-    c.state_transposed = coin(0.2);
-    if ((c.h0 || c.ht) && coin(0.4)) {  // a pool addressed by indices, with -1 entries
-      c.pool = N + pick(0, 3);
-      std::vector<int64_t> rows(size_t(c.pool));
-      std::iota(rows.begin(), rows.end(), 0);
-      std::shuffle(rows.begin(), rows.end(), rng);
-      c.in_place = c.h0 && c.ht && coin(0.5);
-      for (int64_t n = 0; n < N; ++n) {
-        // in place, a sequence reads and writes only its own row
-        const int64_t own = rows[size_t(n)];
-        c.h0_index.push_back(coin(0.25) ? -1 : c.in_place ? own : pick(0, c.pool - 1));
-        c.ht_index.push_back(coin(0.25) ? -1 : own);
-      }
-    } else if (c.h0 && c.ht) {
-      c.in_place = coin(0.3);
-    }
-  } else {
+  if (sp.states)
+    draw_states(r, c);
+  else
     c.want_dh0 = false;
-  }
   if (sp.tiles) {
-    if (coin(0.5)) c.tile_t = pick(1, c.W + 3);
-    if (coin(0.3)) c.tile_d = pick(1, 40);
-    c.num_threads = int(pick(0, 3));
+    if (r.coin(0.5)) c.tile_t = r.pick(1, c.W + 3);
+    if (r.coin(0.3)) c.tile_d = r.pick(1, 40);
+    c.num_threads = int(r.pick(0, 3));
   }
-  c.want_dx = coin(0.9);
-  c.want_dweight = coin(0.8);
-  c.want_dbias = coin(0.7);
+  c.want_dx = r.coin(0.9);
+  c.want_dweight = r.coin(0.8);
+  c.want_dbias = r.coin(0.7);
   return c;
 }
 

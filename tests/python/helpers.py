@@ -1,7 +1,7 @@
 """Shared helpers for the Python tests: tolerances, random problems, comparisons."""
 import torch
 
-# ||out - ref|| / ||ref|| limits of the working agreement (notes/HELPERS.md).
+# ||out - ref|| / ||ref|| limits (CONTRIBUTING.md, "Standards").
 TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 
 HAS_CUDA = torch.cuda.is_available()

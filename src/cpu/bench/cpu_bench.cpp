@@ -44,6 +44,40 @@ static sc_tensor t3(void* p, sc_dtype dt, int64_t B, int64_t T, int64_t D, bool 
   return t;
 }
 
+// The fastest of `iters` copies of `bytes` from src to dst, `threads` threads
+// each copying its slice.
+static double copy_seconds(char* dst, const char* src, size_t bytes, int threads, int iters) {
+  double tcopy = 1e9;
+  for (int it = 0; it < iters; ++it) {
+    double t0 = now();
+#pragma omp parallel num_threads(threads)
+    {
+      const int id = omp_get_thread_num(), nt = omp_get_num_threads();
+      const size_t a = bytes * id / nt, b = bytes * (id + 1) / nt;
+      std::memcpy(dst + a, src + a, b - a);
+    }
+    tcopy = std::min(tcopy, now() - t0);
+  }
+  return tcopy;
+}
+
+// The fastest forward (*tf) and backward (*tb) of `iters` calls each; false
+// (message printed) when a call fails.
+static bool time_calls(const sc_conv_args& fwd, const sc_conv_args& bwd, int iters, double* tf,
+                       double* tb) {
+  sc_error err;
+  for (int it = 0; it < iters; ++it) {
+    double t0 = now();
+    if (sc_forward(&fwd, &err) != SC_OK) { std::printf("forward: %s\n", err.message); return false; }
+    double t1 = now();
+    if (sc_backward(&bwd, &err) != SC_OK) { std::printf("backward: %s\n", err.message); return false; }
+    double t2 = now();
+    *tf = std::min(*tf, t1 - t0);
+    *tb = std::min(*tb, t2 - t1);
+  }
+  return true;
+}
+
 int main(int argc, char** argv) {
   int64_t B = 4, T = 4096, D = 2048;
   int W = 4, threads = 2, act = 1, iters = 10;
@@ -74,18 +108,7 @@ int main(int argc, char** argv) {
   std::vector<float> w(static_cast<size_t>(D * W), 0.1f), bias(static_cast<size_t>(D), 0.01f);
   std::vector<float> dw(static_cast<size_t>(D * W)), db(static_cast<size_t>(D));
 
-  // memcpy bandwidth with `threads` threads, each copying its slice
-  double tcopy = 1e9;
-  for (int it = 0; it < iters; ++it) {
-    double t0 = now();
-#pragma omp parallel num_threads(threads)
-    {
-      const int id = omp_get_thread_num(), nt = omp_get_num_threads();
-      const size_t a = bytes * id / nt, b = bytes * (id + 1) / nt;
-      std::memcpy(y + a, x + a, b - a);
-    }
-    tcopy = std::min(tcopy, now() - t0);
-  }
+  const double tcopy = copy_seconds(y, x, bytes, threads, iters);
   const double bw = 2.0 * bytes / tcopy;
 
   sc_conv_args a;
@@ -114,15 +137,7 @@ int main(int argc, char** argv) {
   a.exec.workspace_bytes = g.exec.workspace_bytes = ws.size();
 
   double tf = 1e9, tb = 1e9;
-  for (int it = 0; it < iters; ++it) {
-    double t0 = now();
-    if (sc_forward(&a, &err) != SC_OK) { std::printf("forward: %s\n", err.message); return 1; }
-    double t1 = now();
-    if (sc_backward(&g, &err) != SC_OK) { std::printf("backward: %s\n", err.message); return 1; }
-    double t2 = now();
-    tf = std::min(tf, t1 - t0);
-    tb = std::min(tb, t2 - t1);
-  }
+  if (!time_calls(a, g, iters, &tf, &tb)) return 1;
   const double ff = 2.0 * bytes / bw, fb = 5.0 * bytes / bw;
   std::printf("clock: %s\n", g_cpu_clock ? "process CPU time / threads" : "wall");
   std::printf("shape %lldx%lldx%lld W=%d %s %s act=%d threads=%d  ws fwd %zu B, bwd %zu B\n",
