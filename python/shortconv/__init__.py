@@ -4,6 +4,8 @@
                                              output_final_state=True)
     y, cache = shortconv.causal_conv1d_update(x_t, cache, weight=weight, activation="silu")
     layer = shortconv.ShortConvolution(hidden_size, kernel_size=4)
+    from shortconv.dao import causal_conv1d_fn, causal_conv1d_update   # causal-conv1d's API
+    from shortconv.vllm import causal_conv1d_fn, causal_conv1d_update  # vLLM's Mamba ops
     y_local, _ = shortconv.distributed.causal_conv1d(x_local, weight, group=cp_group)  # CP shard
 
 CPU tensors run on the CPU backend, CUDA tensors on the CUDA backend (torch's
@@ -17,6 +19,7 @@ from ._ops import HAS_CUSTOM_OPS
 from .functional import causal_conv1d, causal_conv1d_update
 from .modules import ShortConvolution
 from . import distributed  # noqa: E402  (context parallelism over torch.distributed)
+from . import dao, vllm  # noqa: E402  (causal-conv1d's and vLLM's APIs, for one-import switches)
 
 __version__ = "0.1.0"
 
@@ -25,6 +28,8 @@ __all__ = [
     "causal_conv1d_update",
     "ShortConvolution",
     "distributed",
+    "dao",
+    "vllm",
     "ShortConvError",
     "HAS_CUSTOM_OPS",
     "has_backend",

@@ -1,0 +1,262 @@
+"""shortconv.vllm against vLLM's own test parametrisation (tests/kernels/mamba/test_causal_conv1d.py)
+and the rest of its documented arguments.
+
+The reference is vLLM's documented semantics in float64 (references.vllm_fn_ref /
+vllm_update_ref): the first width-1 entries of a pool row are the state, padded sequences are
+skipped, x is rounded to the state dtype first.  Outputs of padded sequences are not compared
+(vLLM leaves them unwritten).  Tolerances are the project's.
+"""
+import inspect
+
+import pytest
+import torch
+
+import shortconv
+from shortconv import vllm
+
+from helpers import TOL, assert_close, rel
+from references import randn, require_arg, sample, vllm_fn_ref, vllm_update_ref
+
+PAD = vllm.PAD_SLOT_ID
+
+
+def _ids(v):
+    return str(v).replace("torch.", "") if isinstance(v, torch.dtype) else None
+
+
+@pytest.mark.parametrize("itype", [torch.bfloat16], ids=_ids)
+@pytest.mark.parametrize("silu_activation", [False, True])
+@pytest.mark.parametrize("has_bias", [False, True])
+@pytest.mark.parametrize("seqlen", [1])
+@pytest.mark.parametrize("width", [4])
+@pytest.mark.parametrize("dim", [2048, 2048 + 16, 4096])
+def test_causal_conv1d_update(dim, width, seqlen, has_bias, silu_activation, itype, device):
+    gen = torch.Generator().manual_seed(0)
+    batch = 2
+    x = randn(batch, dim, seqlen, dtype=itype, device=device, gen=gen)
+    conv_state = randn(batch, dim, width - 1, dtype=itype, device=device, gen=gen)
+    weight = randn(dim, width, dtype=itype, device=device, gen=gen)
+    bias = randn(dim, dtype=itype, device=device, gen=gen) if has_bias else None
+    state_ref = conv_state.cpu().clone()
+    act = "silu" if silu_activation else None
+    idx = torch.arange(batch, dtype=torch.int32)
+    out = vllm.causal_conv1d_update(x, conv_state, weight, bias, activation=act,
+                                    conv_state_indices=idx.to(device))
+    out_ref = vllm_update_ref(x.cpu(), state_ref, weight.cpu(),
+                              None if bias is None else bias.cpu(), act, idx)
+    assert out.shape == x.shape and out.dtype == itype
+    assert torch.equal(conv_state.cpu(), state_ref)
+    assert_close(out, out_ref, itype, what="out")
+
+
+@pytest.mark.parametrize("batch_size,with_padding,dim,width,seqlen,has_bias,silu_activation,itype",
+                         sample(("batch", "pad", "dim", "width", "seqlen", "bias", "silu", "itype"),
+                                ([3], [True, False], [2048 + 16, 4096], [3, 4], [1, 3],
+                                 [False, True], [False, True], [torch.float32, torch.bfloat16]),
+                                n=40, seed=11))
+def test_causal_conv1d_update_with_batch_gather(batch_size, with_padding, dim, width, seqlen,
+                                                has_bias, silu_activation, itype, device):
+    gen = torch.Generator().manual_seed(0)
+    padding = 5 if with_padding else 0
+    total = 10 * batch_size
+    x = randn(batch_size + padding, seqlen, dim, dtype=itype, device=device, gen=gen).transpose(1, 2)
+    idx = torch.randperm(total, generator=gen)[:batch_size].to(torch.int32)
+    padded = torch.cat([idx, torch.full((padding,), PAD, dtype=torch.int32)])
+    conv_state = randn(total, width - 1, dim, dtype=itype, device=device, gen=gen).transpose(1, 2)
+    weight = randn(dim, width, dtype=itype, device=device, gen=gen)
+    bias = randn(dim, dtype=itype, device=device, gen=gen) if has_bias else None
+    act = "silu" if silu_activation else None
+    expected = conv_state.cpu().clone()
+    out_ref = vllm_update_ref(x.cpu(), expected, weight.cpu(), None if bias is None else bias.cpu(),
+                              act, padded)
+    out = vllm.causal_conv1d_update(x, conv_state, weight, bias, activation=act,
+                                    conv_state_indices=padded.to(device), pad_slot_id=PAD)
+    assert torch.equal(conv_state.cpu(), expected)  # named rows updated, every other untouched
+    assert_close(out[:batch_size], out_ref[:batch_size], itype, what="out")
+
+
+@pytest.mark.parametrize("batch,with_padding,dim,seqlen,width,has_bias,silu_activation,itype",
+                         sample(("batch", "pad", "dim", "seqlen", "width", "bias", "silu", "itype"),
+                                ([4, 10], [True, False], [64, 4096], [8, 249, 4096], [4], [True],
+                                 [True], [torch.bfloat16]),
+                                n=12, seed=12, cost=lambda c: c["dim"] * c["seqlen"],
+                                max_cost=4096 * 249))
+def test_causal_conv1d_varlen(batch, with_padding, dim, seqlen, width, has_bias, silu_activation,
+                              itype, device):
+    require_arg(shortconv.causal_conv1d_update, "has_initial_state")
+    gen = torch.Generator().manual_seed(0)
+    padding = 3 if with_padding else 0
+    nseq = batch + padding
+    eos = torch.randperm(seqlen - 1, generator=gen)[:nseq - 1].sort().values
+    lens = torch.diff(torch.cat([torch.tensor([-1]), eos, torch.tensor([seqlen - 1])]))
+    qsl = torch.cat([torch.zeros(1, dtype=torch.int32), lens.cumsum(0).to(torch.int32)])
+    total = 10 * batch
+    # (1, dim, seqlen) view of a token-major buffer wider than dim, squeezed: vLLM's x
+    head = 4096 if device == "cuda" else 16
+    x = randn(1, seqlen, head + dim + 64, dtype=itype, device=device, gen=gen)
+    x = x.transpose(1, 2)[:, head:head + dim, :].squeeze(0)
+    weight = randn(dim, width, dtype=itype, device=device, gen=gen)
+    bias = randn(dim, dtype=itype, device=device, gen=gen) if has_bias else None
+    act = "silu" if silu_activation else None
+    states = randn(total, width - 1, dim, dtype=itype, device=device, gen=gen).transpose(1, 2)
+    has_h0 = torch.randint(0, 2, (nseq,), generator=gen, dtype=torch.bool)
+    idx = torch.randperm(total, generator=gen)[:batch].to(torch.int32)
+    padded = torch.cat([idx, torch.full((padding,), PAD, dtype=torch.int32)])
+    expected = states.cpu().clone()
+    out_ref = vllm_fn_ref(x.cpu(), weight.cpu(), None if bias is None else bias.cpu(), expected,
+                          qsl, padded, has_h0, act)
+    out = vllm.causal_conv1d_fn(x, weight, bias=bias, conv_states=states,
+                                query_start_loc=qsl.to(device), cache_indices=padded.to(device),
+                                has_initial_state=has_h0.to(device), activation=act,
+                                pad_slot_id=PAD)
+    assert out.shape == x.shape and out.dtype == itype and out.stride(0) == 1
+    assert torch.equal(states.cpu(), expected)
+    real = int(qsl[batch])  # the padded sequences come last
+    assert_close(out[:, :real], out_ref[:, :real], itype, what="out")
+
+
+# ---- the rest of vLLM's documented arguments --------------------------------------------
+def _params(fn):
+    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+def test_signatures_are_vllm_s():
+    e = inspect.Parameter.empty
+    assert _params(vllm.causal_conv1d_fn) == [
+        ("x", e), ("weight", e), ("bias", e), ("conv_states", e), ("query_start_loc", e),
+        ("cache_indices", None), ("has_initial_state", None), ("activation", "silu"),
+        ("pad_slot_id", -1), ("block_idx_first_scheduled_token", None),
+        ("block_idx_last_scheduled_token", None), ("initial_state_idx", None),
+        ("num_computed_tokens", None), ("block_size_to_align", 0), ("metadata", None),
+        ("validate_data", False)]
+    assert _params(vllm.causal_conv1d_update) == [
+        ("x", e), ("conv_state", e), ("weight", e), ("bias", None), ("activation", None),
+        ("conv_state_indices", None), ("num_accepted_tokens", None), ("query_start_loc", None),
+        ("max_query_len", -1), ("pad_slot_id", -1), ("block_idx_last_scheduled_token", None),
+        ("initial_state_idx", None), ("retrieve_parent_token", None), ("validate_data", False)]
+
+
+def _decode_case(device, B=4, D=16, W=4, S=3, P=9, T=None, dtype=torch.float32, seed=13):
+    gen = torch.Generator().manual_seed(seed)
+    shape = (B, D) if T is None else (B, D, T)
+    return (randn(*shape, dtype=dtype, device=device, gen=gen),
+            randn(P, D, S, device=device, gen=gen), randn(D, W, device=device, gen=gen),
+            randn(D, device=device, gen=gen))
+
+
+@pytest.mark.parametrize("name,value", [
+    ("num_accepted_tokens", torch.ones(4, dtype=torch.int32)),
+    ("retrieve_parent_token", torch.zeros(4, 2, dtype=torch.int32)),
+    ("block_idx_last_scheduled_token", torch.zeros(4, dtype=torch.int32)),
+    ("initial_state_idx", torch.zeros(4, dtype=torch.int32))])
+def test_update_unsupported_arguments_are_named(name, value, device):
+    x, pool, w, b = _decode_case(device)
+    before = pool.clone()
+    with pytest.raises(NotImplementedError, match=name):
+        vllm.causal_conv1d_update(x, pool, w, b, True, torch.tensor([0, 1, 2, 3], device=device),
+                                  **{name: value.to(device)})
+    assert torch.equal(pool, before)
+
+
+@pytest.mark.parametrize("name", ["block_idx_first_scheduled_token",
+                                  "block_idx_last_scheduled_token", "initial_state_idx",
+                                  "num_computed_tokens"])
+def test_fn_prefix_caching_arguments_are_named(name, device):
+    x, pool, w, b = torch.randn(16, 10, device=device), torch.randn(4, 16, 3, device=device), \
+        torch.randn(16, 4, device=device), None
+    before = pool.clone()
+    with pytest.raises(NotImplementedError, match=name):
+        vllm.causal_conv1d_fn(x, w, b, pool, torch.tensor([0, 4, 10], dtype=torch.int32,
+                                                          device=device),
+                              **{name: torch.zeros(2, dtype=torch.int32, device=device)})
+    assert torch.equal(pool, before)
+
+
+@pytest.mark.parametrize("activation", [True, False, None, "silu", "swish"])
+@pytest.mark.parametrize("state_len", [3, 6])
+@pytest.mark.parametrize("tokens", [None, 2])
+def test_update_activation_state_len_and_layouts(activation, state_len, tokens, device):
+    """activation True/False; a row longer than width-1 (only its first width-1 entries are
+    the state, as in vLLM's kernel); [B, D] and [B, D, T] x; rows by index or by position."""
+    x, pool, w, b = _decode_case(device, S=state_len, T=tokens)
+    act = "silu" if activation in (True, "silu", "swish") else None
+    for idx in (torch.tensor([5, 0, 8, 2], dtype=torch.int32), None):
+        expected = pool.cpu().clone()
+        out_ref = vllm_update_ref(x.cpu(), expected, w.cpu(), b.cpu(), act, idx)
+        out = vllm.causal_conv1d_update(x, pool, w, b, activation,
+                                        None if idx is None else idx.to(device))
+        assert out.shape == x.shape
+        assert_close(out, out_ref, torch.float32)
+        assert torch.equal(pool.cpu(), expected)
+
+
+def test_update_pad_slot_id_other_than_minus_one(device):
+    x, pool, w, b = _decode_case(device)
+    big = 1000
+    idx = torch.tensor([3, big, 7, big], dtype=torch.int32)
+    expected = pool.cpu().clone()
+    out_ref = vllm_update_ref(x.cpu(), expected, w.cpu(), b.cpu(), "silu", idx, pad_slot_id=big)
+    out = vllm.causal_conv1d_update(x, pool, w, b, "silu", idx.to(device), pad_slot_id=big)
+    assert torch.equal(pool.cpu(), expected)
+    keep = idx != big
+    assert_close(out.cpu()[keep], out_ref[keep], torch.float32)
+
+
+def test_update_rounds_x_to_the_state_dtype(device):
+    """vLLM computes in conv_state's dtype (x cast first) and returns x's dtype."""
+    x, pool, w, b = _decode_case(device)
+    pool = pool.to(torch.bfloat16)
+    idx = torch.tensor([1, 4, 6, 0], dtype=torch.int32)
+    expected = pool.cpu().clone()
+    out_ref = vllm_update_ref(x.cpu(), expected, w.cpu(), b.cpu(), None, idx)
+    out = vllm.causal_conv1d_update(x, pool, w, b, None, idx.to(device))
+    assert out.dtype == torch.float32
+    assert torch.equal(pool.cpu(), expected)
+    # both sides round x and the output to bf16: compared at bf16's tolerance
+    assert_close(out, out_ref, torch.bfloat16)
+
+
+def test_update_varlen_decode(device):
+    """query_start_loc with [tokens, dim] x, one token per sequence (vLLM's decode batches)."""
+    x, pool, w, b = _decode_case(device)
+    idx = torch.tensor([2, 6, PAD, 4], dtype=torch.int32)
+    qsl = torch.arange(5, dtype=torch.int32)
+    expected = pool.cpu().clone()
+    out_ref = vllm_update_ref(x.cpu(), expected, w.cpu(), b.cpu(), "silu", idx)
+    out = vllm.causal_conv1d_update(x, pool, w, b, "silu", idx.to(device),
+                                    query_start_loc=qsl.to(device), max_query_len=1)
+    assert torch.equal(pool.cpu(), expected)
+    keep = idx != PAD
+    assert_close(out.cpu()[keep], out_ref[keep], torch.float32)
+    with pytest.raises(ValueError, match="conv_state_indices: required with query_start_loc"):
+        vllm.causal_conv1d_update(x, pool, w, b, "silu", query_start_loc=qsl.to(device))
+
+
+def test_update_bad_activation_is_an_error(device):
+    x, pool, w, b = _decode_case(device)
+    with pytest.raises(ValueError, match="activation"):
+        vllm.causal_conv1d_update(x, pool, w, b, "gelu", torch.arange(4, device=device))
+
+
+def test_fn_then_update_equal_one_sequence(device):
+    """A packed prefill into the pool, then decode steps, equal the whole sequences."""
+    require_arg(shortconv.causal_conv1d_update, "has_initial_state")
+    gen = torch.Generator().manual_seed(14)
+    D, W, lens, T_dec = 16, 4, [5, 1, 9], 3
+    xs = [randn(D, n + T_dec, dtype=torch.float64, device=device, gen=gen) for n in lens]
+    w = randn(D, W, dtype=torch.float64, device=device, gen=gen)
+    pool = randn(6, D, W + 2, dtype=torch.float64, device=device, gen=gen)  # state_len > W-1
+    idx = torch.tensor([4, 1, 3], dtype=torch.int32, device=device)
+    qsl = torch.tensor([0, 5, 6, 15], dtype=torch.int32, device=device)
+    prefill = torch.cat([xi[:, :n] for xi, n in zip(xs, lens)], 1)
+    out = vllm.causal_conv1d_fn(prefill, w, None, pool, qsl, idx, None, True)
+    outs = [[out[:, s:e]] for s, e in zip(qsl[:-1].tolist(), qsl[1:].tolist())]
+    for t in range(T_dec):
+        xt = torch.stack([xi[:, n + t] for xi, n in zip(xs, lens)])
+        yt = vllm.causal_conv1d_update(xt, pool, w, None, True, idx)
+        for i in range(3):
+            outs[i].append(yt[i][:, None])
+    for i, xi in enumerate(xs):
+        whole = vllm_fn_ref(xi.cpu(), w.cpu(), None, torch.zeros(1, D, W - 1, dtype=torch.float64),
+                            torch.tensor([0, xi.shape[1]]), None, None, "silu")
+        assert rel(torch.cat(outs[i], 1), whole) <= TOL[torch.float64]
