@@ -40,11 +40,12 @@ struct Span {
 Span span(const sc_tensor& t) {
   Span s;
   if (t.ndim == 0 || !t.data) return s;
-  int64_t extent = 0;
-  for (int i = 0; i < t.ndim; ++i) {
+  // Empty first: an empty tensor's other dims are not bounded by basic(), so
+  // their extent may not even be representable.
+  for (int i = 0; i < t.ndim; ++i)
     if (t.shape[i] == 0) return s;
-    extent += (t.shape[i] - 1) * t.stride[i];
-  }
+  int64_t extent = 0;
+  for (int i = 0; i < t.ndim; ++i) extent += (t.shape[i] - 1) * t.stride[i];
   s.lo = reinterpret_cast<uintptr_t>(t.data);
   s.hi = s.lo + uintptr_t(extent + 1) * uintptr_t(dtype_size(t.dtype));
   return s;
@@ -227,10 +228,17 @@ void to_view(const sc_tensor& t, View* v) {
     v->shape[i] = 1;
     v->stride[i] = 0;
   }
+  bool empty = false;
   for (int i = 0; i < t.ndim && i < 3; ++i) {
     v->shape[i] = t.shape[i];
     v->stride[i] = t.stride[i];
+    empty = empty || t.shape[i] == 0;
   }
+  // Nothing is ever addressed in an empty tensor, and validation bounds the
+  // offsets of non-empty ones only: an empty view gets zero strides so that
+  // base offsets computed from it (sequence n of a T = 0 batch) cannot overflow.
+  if (empty)
+    for (int i = 0; i < 3; ++i) v->stride[i] = 0;
 }
 
 void to_act_view(const sc_tensor& t, View* v) {

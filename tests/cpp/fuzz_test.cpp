@@ -93,11 +93,11 @@ struct World {
 
 int64_t extent_elems(const sc_tensor& t) {  // max element offset + 1, 0 when empty
   if (t.ndim <= 0) return 0;
-  int64_t e = 0;
-  for (int i = 0; i < t.ndim && i < SC_MAX_DIMS; ++i) {
+  const int nd = t.ndim < SC_MAX_DIMS ? t.ndim : SC_MAX_DIMS;
+  for (int i = 0; i < nd; ++i)  // empty first: an empty tensor's other strides may be huge
     if (t.shape[i] <= 0) return 0;
-    e += (t.shape[i] - 1) * t.stride[i];
-  }
+  int64_t e = 0;
+  for (int i = 0; i < nd; ++i) e += (t.shape[i] - 1) * t.stride[i];
   return e + 1;
 }
 
@@ -404,7 +404,7 @@ void mutate(Rng& r, World& w) {
         u.data = keep.data;
       };
       if (!a.cu_seqlens.ndim && a.x.ndim == 3) {
-        const int64_t D = a.x.shape[2], S = a.state_len < 0 ? a.width - 1 : a.state_len;
+        const int64_t D = a.x.shape[2], S = a.state_len < 0 ? int64_t(a.width) - 1 : a.state_len;
         big(a.x, {N, 1, D});
         if (a.dy.ndim) big(a.dy, {N, 1, D});
         if (a.residual.ndim) big(a.residual, {N, 1, D});
