@@ -65,8 +65,9 @@ typedef enum sc_dtype {
   SC_F16 = 1,
   SC_BF16 = 2,
   SC_F64 = 3,
-  SC_I32 = 4, /* cu_seqlens and state indices only */
-  SC_I64 = 5
+  SC_I32 = 4, /* cu_seqlens, state indices and ring offsets only */
+  SC_I64 = 5,
+  SC_BOOL = 6 /* one byte, 0 or 1: has_initial_state only */
 } sc_dtype;
 
 typedef enum sc_activation { SC_ACT_NONE = 0, SC_ACT_SILU = 1 } sc_activation;
@@ -147,10 +148,20 @@ typedef struct sc_conv_args {
   sc_tensor dbias;          /* [D], optional output                         */
   sc_tensor dinitial_state; /* [N, D, S] dense, optional output             */
 
+  /* State addressing of inference engines (docs/semantics.md section 5),
+   * read by both directions: */
+  sc_tensor has_initial_state; /* [N] bool or int32/int64, optional: false = read a zero
+                                  initial state (the final state is still written) */
+  sc_tensor ring_offsets;      /* [N] int32/int64 >= 0, optional: state rows are rings;
+                                  entry j of sequence n's state is slot (ring_offsets[n]
+                                  + j) mod S (causal-conv1d's cache_seqlens) */
+  int64_t pad_index;           /* a state index that means "no row" besides -1 (an
+                                  engine's pad slot id); -1 by sc_conv_args_init */
+
   sc_exec exec;
 } sc_conv_args;
 
-/* Zero every field, set struct_size and state_len = -1. */
+/* Zero every field, set struct_size, state_len = -1 and pad_index = -1. */
 SC_API void sc_conv_args_init(sc_conv_args* args);
 
 typedef struct sc_error {

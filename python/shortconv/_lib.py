@@ -46,6 +46,7 @@ ACT_SILU = 1
 # Float groups (activation, parameter, state) and index tensors.
 FLOAT_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3}
 INDEX_CODES = {torch.int32: 4, torch.int64: 5}
+FLAG_CODES = {torch.bool: 6, torch.int32: 4, torch.int64: 5}
 
 
 class ShortConvError(ValueError):
@@ -117,6 +118,7 @@ TENSOR_FIELDS = (
     "x", "weight", "bias", "residual", "cu_seqlens", "initial_state", "initial_state_indices",
     "y", "final_state", "final_state_indices",
     "dy", "dfinal_state", "dx", "dweight", "dbias", "dinitial_state",
+    "has_initial_state", "ring_offsets",
 )
 
 
@@ -125,7 +127,7 @@ class _Args(ctypes.Structure):
         [("struct_size", ctypes.c_uint32), ("width", ctypes.c_int32),
          ("state_len", ctypes.c_int32), ("activation", ctypes.c_int32)]
         + [(name, _Tensor) for name in TENSOR_FIELDS]
-        + [("exec", _Exec)]
+        + [("pad_index", ctypes.c_int64), ("exec", _Exec)]
     )
 
 
@@ -133,6 +135,8 @@ ARGS_SIZE = ctypes.sizeof(_Args)
 OFF = {name: getattr(_Args, name).offset for name in TENSOR_FIELDS}
 _SCALARS_OFF = _Args.width.offset
 _EXEC_OFF = _Args.exec.offset
+_PAD_OFF = _Args.pad_index.offset
+_PAD_PACK = struct.Struct("<q").pack_into  # pad_index
 _WORKSPACE_OFF = _EXEC_OFF + _Exec.workspace.offset
 WS_OFF = (ARGS_SIZE + 7) // 8 * 8
 ERR_OFF = WS_OFF + 8
@@ -372,6 +376,10 @@ class Call:
         nd = t.dim()
         _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), codes[t.dtype], nd,
                          *t.shape, *t.stride())
+
+    def set_pad_index(self, pad):
+        """The state index that means "no row" besides -1 (an engine's pad slot id)."""
+        _PAD_PACK(self.buf, _PAD_OFF, pad)
 
     def _raise(self, status):
         msg = ctypes.string_at(self.base + ERR_OFF).decode(errors="replace")

@@ -28,7 +28,7 @@ import os
 import torch
 
 from ._double_backward import backward_vjp
-from ._lib import ACT_NONE, ACT_SILU, ACTIVATIONS, INDEX_CODES, Call
+from ._lib import ACT_NONE, ACT_SILU, ACTIVATIONS, FLAG_CODES, INDEX_CODES, Call
 
 # Argument names of the decode entry point, for the library's messages.
 _CACHE_NAMES = {
@@ -138,8 +138,11 @@ def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len
 
 
 def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
+                has_initial_state=None, cache_seqlens=None, pad_slot_id=-1,
                 where="shortconv.causal_conv1d_update"):
-    """y [like x]; cache (a state [N, D, S] or pool [P, D, S]) updated in place."""
+    """y [like x]; cache (a state [N, D, S] or pool [P, D, S]) updated in place.
+    has_initial_state [N] (false: zero state read), cache_seqlens [N] (ring rows),
+    pad_slot_id: docs/semantics.md section 5."""
     c = Call(where, x, _width(weight), -1, activation, _CACHE_NAMES)
     c.set("x", x)
     c.set("weight", weight)
@@ -154,6 +157,12 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
     if cache_indices is not None:
         c.set("initial_state_indices", cache_indices, INDEX_CODES)
         c.set_out("final_state_indices", cache_indices, INDEX_CODES)
+    if has_initial_state is not None:
+        c.set("has_initial_state", has_initial_state, FLAG_CODES)
+    if cache_seqlens is not None:
+        c.set("ring_offsets", cache_seqlens, INDEX_CODES)
+    if pad_slot_id != -1:
+        c.set_pad_index(pad_slot_id)
     y = _like_x(x)
     c.set_out("y", y)
     c.run_forward()
@@ -391,12 +400,16 @@ if HAS_CUSTOM_OPS:
     @torch.library.custom_op(
         "shortconv::causal_conv1d_update", mutates_args=("cache",),
         schema="(Tensor x, Tensor(a!) cache, Tensor weight, Tensor? bias, Tensor? residual, "
-               "Tensor? cache_indices, Tensor? cu_seqlens, int activation) -> Tensor")
-    def _update_op(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation):
-        return update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation)
+               "Tensor? cache_indices, Tensor? cu_seqlens, int activation, "
+               "Tensor? has_initial_state, Tensor? cache_seqlens, int pad_slot_id) -> Tensor")
+    def _update_op(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
+                   has_initial_state, cache_seqlens, pad_slot_id):
+        return update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
+                           has_initial_state, cache_seqlens, pad_slot_id)
 
     @_update_op.register_fake
-    def _update_fake(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation):
+    def _update_fake(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
+                     has_initial_state, cache_seqlens, pad_slot_id):
         return _like_x(x)
 
 else:

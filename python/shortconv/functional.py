@@ -154,7 +154,8 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
 
 
 def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activation=None, *,
-                         cache_indices=None, cu_seqlens=None):
+                         cache_indices=None, cu_seqlens=None, has_initial_state=None,
+                         cache_seqlens=None, pad_slot_id=-1):
     """Decode step: new tokens for N sequences; ``cache`` updated in place.
 
     Returns ``(y, cache)`` like FLA's causal_conv1d_update.  Not differentiable
@@ -172,9 +173,18 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             through a graph that saved it raises instead of using the new values).
         weight: [D, W].  bias: [D], optional.  residual: like x, optional.
         activation: None, 'silu' or 'swish'.
-        cache_indices: [N] int32/int64 pool rows; -1 = padding (zero state read,
-            nothing written).
+        cache_indices: [N] int32/int64 pool rows; -1 (or pad_slot_id) = padding:
+            zero state read, nothing written, outputs computed from the zero state.
         cu_seqlens: [N+1] offsets of a packed x.
+        has_initial_state: [N] bool (or int32/int64), optional: false = sequence n
+            starts from a zero state (its row is still written): a fresh prefill.
+        cache_seqlens: [N] int32/int64 >= 0, optional: every cache row is a ring
+            (causal-conv1d's semantics): entry j of sequence n's state is slot
+            (cache_seqlens[n] + j) % S, the new tokens are written at slots
+            (cache_seqlens[n] + i) % S; the caller advances cache_seqlens.
+        pad_slot_id: an index in cache_indices that means padding, besides -1.
+
+    The state addressing is docs/semantics.md section 5.
     """
     where = "shortconv.causal_conv1d_update"
     if weight is None:
@@ -195,6 +205,18 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             ("residual", residual, "like x, or None"),
             ("cache_indices", cache_indices, "[N] (int32/int64) or None"),
             ("cu_seqlens", cu_seqlens, "[N+1] (int32/int64) or None")))
+    if isinstance(bias, str) or isinstance(activation, _Tensor):
+        raise TypeError(
+            "%s: bias: got %r; this function takes FLA's argument order (x, cache, residual, "
+            "weight, bias, activation). For causal-conv1d's order (x, conv_state, weight, bias, "
+            "activation) use shortconv.dao.causal_conv1d_update" % (where, bias))
+    if ((has_initial_state is not None and not isinstance(has_initial_state, _Tensor))
+            or (cache_seqlens is not None and not isinstance(cache_seqlens, _Tensor))):
+        check_tensors(where, (
+            ("has_initial_state", has_initial_state, "[N] (bool/int32/int64) or None"),
+            ("cache_seqlens", cache_seqlens, "[N] (int32/int64) or None")))
+    if isinstance(pad_slot_id, bool) or not isinstance(pad_slot_id, int):
+        raise TypeError("%s: pad_slot_id: expected an int, got %r" % (where, pad_slot_id))
     if residual is not None and residual.shape != x.shape:
         raise invalid(where, "residual: expected x's shape %s, got %s"
                       % (list(x.shape), list(residual.shape)))
@@ -224,10 +246,12 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             residual = residual.transpose(0, 1)
     if _ops.use_custom_op():
         y = torch.ops.shortconv.causal_conv1d_update(x, cache, weight, bias, residual,
-                                                     cache_indices, cu_seqlens, act)
+                                                     cache_indices, cu_seqlens, act,
+                                                     has_initial_state, cache_seqlens, pad_slot_id)
     else:
         with torch.no_grad():
-            y = _ops.update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act)
+            y = _ops.update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act,
+                                 has_initial_state, cache_seqlens, pad_slot_id)
         # The library wrote cache behind autograd's back: bump its version, as
         # every in-place op does, so a backward through a graph that saved
         # cache (e.g. as an initial_state) fails loudly instead of using the

@@ -61,6 +61,7 @@ void sc_conv_args_init(sc_conv_args* args) {
   std::memset(args, 0, sizeof(*args));
   args->struct_size = sizeof(sc_conv_args);
   args->state_len = -1;
+  args->pad_index = -1;
 }
 
 sc_status sc_forward_workspace_size(const sc_conv_args* args, size_t* bytes, sc_error* err) {

@@ -76,11 +76,14 @@ inline uint16_t f32_to_f16(float f) {
 inline bool is_float_dtype(int32_t dt) { return dt == SC_F32 || dt == SC_F16 || dt == SC_BF16 || dt == SC_F64; }
 inline bool is_index_dtype(int32_t dt) { return dt == SC_I32 || dt == SC_I64; }
 
+inline bool is_flag_dtype(int32_t dt) { return dt == SC_BOOL || is_index_dtype(dt); }
+
 inline int dtype_size(int32_t dt) {
   switch (dt) {
     case SC_F32: case SC_I32: return 4;
     case SC_F16: case SC_BF16: return 2;
     case SC_F64: case SC_I64: return 8;
+    case SC_BOOL: return 1;
     default: return 0;
   }
 }
@@ -93,6 +96,7 @@ inline const char* dtype_name(int32_t dt) {
     case SC_F64: return "float64";
     case SC_I32: return "int32";
     case SC_I64: return "int64";
+    case SC_BOOL: return "bool";
     default: return "unknown";
   }
 }

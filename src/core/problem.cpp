@@ -26,13 +26,33 @@ int64_t Problem::seq_begin(int64_t n) const { return packed ? load_index(cu_seql
 int64_t Problem::seq_len(int64_t n) const {
   return packed ? load_index(cu_seqlens, n + 1) - load_index(cu_seqlens, n) : T;
 }
+int64_t load_flag(const View& v, int64_t i) {
+  if (v.dtype == SC_BOOL) return static_cast<const uint8_t*>(v.data)[i * v.stride[0]] != 0;
+  return load_index(v, i) != 0;
+}
+
+// -1 and pad_index both mean "no row" (semantics section 5).
+static int64_t row_or_none(int64_t r, int64_t pad_index) {
+  return r == pad_index ? -1 : r;
+}
 int64_t Problem::h0_row(int64_t n) const {
-  if (!h0) return -1;
-  return h0_idx ? load_index(h0_idx, n) : n;
+  if (!h0 || (has_h0 && !load_flag(has_h0, n))) return -1;
+  return h0_idx ? row_or_none(load_index(h0_idx, n), pad_index) : n;
 }
 int64_t Problem::ht_row(int64_t n) const {
   if (!ht) return -1;
-  return ht_idx ? load_index(ht_idx, n) : n;
+  return ht_idx ? row_or_none(load_index(ht_idx, n), pad_index) : n;
+}
+
+int64_t Problem::state_slot(int64_t n, int64_t j) const {
+  if (!ring || S == 0) return j;
+  const int64_t c = load_index(ring, n) % S;  // ring offsets are >= 0 (validated)
+  const int64_t s = c + j % S;
+  return s >= S ? s - S : s;
+}
+
+int64_t Problem::final_slot(int64_t n, int64_t j) const {
+  return ring ? state_slot(n, seq_len(n) + j) : j;
 }
 
 }  // namespace shortconv

@@ -70,6 +70,11 @@ struct Problem {
   View dbias;        // [D]
   View dh0;          // [N, D, S]
 
+  // state addressing (docs/semantics.md section 5), both directions
+  View has_h0;         // [N] bool/int32/int64: false = zero initial state (row not read)
+  View ring;           // [N] int32/int64: state rows are rings, entry j at slot (ring[n] + j) mod S
+  int64_t pad_index = -1;  // a state index meaning "no row", besides -1
+
   bool state_in_place = false;  // ht is exactly h0's memory (aliased decode update)
 
   sc_exec exec{};
@@ -78,12 +83,18 @@ struct Problem {
   int64_t seq_begin(int64_t n) const;   // first token (index into T) of sequence n
   int64_t seq_len(int64_t n) const;     // L_n
   int64_t seq_batch(int64_t n) const { return packed ? 0 : n; }  // batch row of sequence n
-  int64_t h0_row(int64_t n) const;      // row of h0 for sequence n, -1 if none
+  int64_t h0_row(int64_t n) const;      // row of h0 for sequence n, -1 if none (or flag false)
   int64_t ht_row(int64_t n) const;      // row of ht for sequence n, -1 if none
+  // slot of logical state entry j of sequence n in its row (rings: rotated)
+  int64_t state_slot(int64_t n, int64_t j) const;
+  // slot of final-state entry j (= u entry L_n + j) of sequence n in its row
+  int64_t final_slot(int64_t n, int64_t j) const;
 };
 
 // Reads element i of a 1-D int32/int64 host tensor.
 int64_t load_index(const View& v, int64_t i);
+// Reads element i of a 1-D bool/int32/int64 host tensor as 0 or 1.
+int64_t load_flag(const View& v, int64_t i);
 
 // Fills *out from args, or returns an error (message in err) and leaves *out
 // unspecified.  Checks everything docs/semantics.md lists, including the

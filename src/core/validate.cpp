@@ -13,6 +13,7 @@
 #include "core/activation.hpp"
 #include "core/backend.hpp"
 #include "core/checker.hpp"
+#include "core/dtype.hpp"
 #include "core/problem.hpp"
 
 namespace shortconv {
@@ -183,13 +184,15 @@ bool check_pool_rows(Call& k, const char* idx_name, const sc_tensor& idx, const 
   const int64_t distinct = iv.stride[0] == 0 ? std::min<int64_t>(N, 1) : N;
   for (int64_t n = 0; n < distinct; ++n) {
     int64_t r = load_index(iv, n);
-    if (r < -1 || r >= pool.shape[0])
+    if ((r < -1 || r >= pool.shape[0]) && r != k.a.pad_index)
       return k.c.bad(SC_ERR_INVALID_ARGUMENT,
-                     "%s[%lld]: pool row index out of range: expected -1 <= index < P = %lld, "
-                     "got %lld", idx_name, (long long)n, (long long)pool.shape[0], (long long)r);
+                     "%s[%lld]: pool row index out of range: expected -1 <= index < P = %lld "
+                     "(or pad_index = %lld), got %lld", idx_name, (long long)n,
+                     (long long)pool.shape[0], (long long)k.a.pad_index, (long long)r);
   }
+  auto writes = [&](int64_t r) { return r >= 0 && r != k.a.pad_index; };
   if (!output || pool.shape[1] == 0 || pool.shape[2] == 0) return true;  // empty rows: nothing written
-  if (distinct < N && load_index(iv, 0) >= 0)
+  if (distinct < N && writes(load_index(iv, 0)))
     return k.c.bad(SC_ERR_INVALID_ARGUMENT,
                    "%s[1]: pool row %lld is also written by sequence 0 (a broadcast index "
                    "tensor names one row for all %lld sequences); an output row may be "
@@ -197,7 +200,7 @@ bool check_pool_rows(Call& k, const char* idx_name, const sc_tensor& idx, const 
                    idx_name, (long long)load_index(iv, 0), (long long)N);
   std::vector<std::pair<int64_t, int64_t>> rows;  // (row, n) for rows >= 0
   for (int64_t n = 0; n < distinct; ++n)
-    if (int64_t r = load_index(iv, n); r >= 0) rows.push_back({r, n});
+    if (int64_t r = load_index(iv, n); writes(r)) rows.push_back({r, n});
   std::sort(rows.begin(), rows.end());
   for (size_t i = 1; i < rows.size(); ++i)
     if (rows[i].first == rows[i - 1].first)
@@ -246,6 +249,42 @@ sc_status check_states(Call& k) {
   if (!k.fwd && (!check_state(k, "dfinal_state", a.dfinal_state, nullptr, nullptr, false) ||
                  !check_state(k, "dinitial_state", a.dinitial_state, nullptr, nullptr, true)))
     return k.c.status;
+  return SC_OK;
+}
+
+// ---- state addressing: initial-state flags and ring rows (section 5) ---------------
+// An optional [N] tensor: its rank, dtype and length.
+bool check_per_sequence(Call& k, const char* name, const sc_tensor& t, bool flags) {
+  Checker& c = k.c;
+  if (!c.basic(name, t, 1, 1)) return false;
+  if (flags ? !is_flag_dtype(t.dtype) : !is_index_dtype(t.dtype))
+    return c.bad(SC_ERR_INVALID_ARGUMENT, "%s: expected dtype %s, got %s", name,
+                 flags ? "bool, int32 or int64" : "int32 or int64", dtype_name(t.dtype));
+  return c.shape_is(name, t, {k.N}, "= [N], one entry per sequence");
+}
+
+sc_status check_addressing(Call& k) {
+  const sc_conv_args& a = k.a;
+  Checker& c = k.c;
+  if (present(a.has_initial_state)) {
+    if (!present(a.initial_state))
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                  "has_initial_state: given but initial_state is absent");
+    if (!check_per_sequence(k, "has_initial_state", a.has_initial_state, true)) return c.status;
+  }
+  if (!present(a.ring_offsets)) return SC_OK;
+  const bool any_state = present(a.initial_state) || (k.fwd && present(a.final_state));
+  if (!any_state)
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT, "ring_offsets: given but no state tensor is (%s)",
+                k.fwd ? "initial_state and final_state are absent" : "initial_state is absent");
+  if (!check_per_sequence(k, "ring_offsets", a.ring_offsets, false)) return c.status;
+  if (!c.host()) return SC_OK;  // device memory: the kernels reduce offsets mod S
+  View rv;
+  to_view(a.ring_offsets, &rv);
+  for (int64_t n = 0, last = rv.stride[0] == 0 ? std::min<int64_t>(k.N, 1) : k.N; n < last; ++n)
+    if (const int64_t v = load_index(rv, n); v < 0)
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT, "ring_offsets[%lld]: expected >= 0, got %lld",
+                  (long long)n, (long long)v);
   return SC_OK;
 }
 
@@ -317,7 +356,9 @@ sc_status check_overlaps(Call& k) {
   };
   std::vector<Named> ins = {{"x", &a.x}, {"weight", &a.weight}, {"bias", &a.bias},
                             {"cu_seqlens", &a.cu_seqlens},
-                            {"initial_state_indices", &a.initial_state_indices}};
+                            {"initial_state_indices", &a.initial_state_indices},
+                            {"has_initial_state", &a.has_initial_state},
+                            {"ring_offsets", &a.ring_offsets}};
   std::vector<Named> outs;
   if (k.fwd) {
     ins.push_back({"residual", &a.residual});
@@ -369,6 +410,9 @@ void fill_problem(const Call& k, Problem* p) {
   to_view(a.cu_seqlens, &p->cu_seqlens);
   to_view(a.initial_state, &p->h0);
   to_view(a.initial_state_indices, &p->h0_idx);
+  to_view(a.has_initial_state, &p->has_h0);
+  to_view(a.ring_offsets, &p->ring);
+  p->pad_index = a.pad_index;
   if (k.fwd) {
     to_act_view(a.residual, &p->residual);
     to_act_view(a.y, &p->y);
@@ -403,7 +447,7 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
 
   Call k(*a, dir, err, be->memory == Memory::host);
   for (sc_status (*stage)(Call&) : {check_batch, check_params, check_state_len, check_states,
-                                    check_act_like, check_cu_seqlens, check_overlaps})
+                                    check_addressing, check_act_like, check_cu_seqlens, check_overlaps})
     if ((st = stage(k)) != SC_OK) return st;
   fill_problem(k, p);
   return SC_OK;

@@ -78,14 +78,16 @@ void sequence_states(const Problem& p, const Plan& pl, A* halo, int64_t n, int64
     for (int i = 0; i < W - 1; ++i)
       for (int64_t d = da; d < db; ++d)
         h[i * Dp + d] =
-            r0 >= 0 ? A(load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, S - (W - 1) + i))) : A(0);
+            r0 >= 0 ? A(load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, p.state_slot(n, S - (W - 1) + i))))
+                    : A(0);
     if (db == p.D)
       for (int i = 0; i < W - 1; ++i)
         for (int64_t d = p.D; d < Dp; ++d) h[i * Dp + d] = A(0);
   }
   if (p.dir == Dir::fwd) {
     // ht[j] = u[L+j]; ascending j reads h0[L+j] (>= j) before ht[j] is
-    // written, so ht may be h0's own row.
+    // written, so ht may be h0's own row.  With ring rows ht[j] goes to the
+    // slot of entry L+j, the one h0[L+j] was read from; later j read others.
     const int64_t r1 = p.ht_row(n);
     if (r1 < 0) return;
     const int64_t xb = seq_base(p, p.x, n);
@@ -94,10 +96,10 @@ void sequence_states(const Problem& p, const Plan& pl, A* halo, int64_t n, int64
         const int64_t pos = Ln + j;
         double v = 0.0;
         if (pos < S)
-          v = r0 >= 0 ? load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, pos)) : 0.0;
+          v = r0 >= 0 ? load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, p.state_slot(n, pos))) : 0.0;
         else
           v = load_f64(p.x.data, p.x.dtype, xb + (pos - S) * p.x.stride[1] + d * p.x.stride[2]);
-        store_f64(p.ht.data, p.ht.dtype, p.ht.off(r1, d, j), v);
+        store_f64(p.ht.data, p.ht.dtype, p.ht.off(r1, d, p.final_slot(n, j)), v);
       }
   } else if (p.dh0 && Ln == 0) {  // dh0 = dht for a zero-length sequence
     for (int64_t d = da; d < db; ++d)

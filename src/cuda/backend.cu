@@ -77,6 +77,9 @@ Args make_args(const Problem& p, const Plan& pl, void* workspace) {
   a.dweight = dt(p.dweight);
   a.dbias = dt(p.dbias);
   a.dh0 = dt(p.dh0);
+  a.has_h0 = dt(p.has_h0);
+  a.ring = dt(p.ring);
+  a.pad_index = p.pad_index;
   a.tile_t = pl.tile_t;
   a.tiles_per_row = pl.tiles_per_row;
   a.ntiles = pl.ntiles;

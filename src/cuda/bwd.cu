@@ -120,7 +120,7 @@ struct TmBwd {
   template <bool FULL>
   __device__ void segment(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
                           int64_t e) {
-    const int64_t h0row = state_row(a.h0, a.h0_idx, n);
+    const int64_t h0row = h0_row_of(a, n);
     const int64_t sx = a.x.s1, sg = a.dy.s1, sd = a.dx.s1;
     const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + d0 * a.x.s2;
     const T* gp = static_cast<const T*>(a.dy.p) + q.b * a.dy.s0 + d0 * a.dy.s2;  // (dy present)
@@ -295,8 +295,8 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
     dwr[j] = A(0);
   }
   const A bs = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
-  const Seq q{b, 0, a.T};
-  const int64_t h0row = state_row(a.h0, a.h0_idx, b);
+  const Seq q{b, 0, a.T, ring_of(a, b)};
+  const int64_t h0row = h0_row_of(a, b);
   const T* xr = static_cast<const T*>(a.x.p) + b * a.x.s0 + d * a.x.s2;
   const T* gr = static_cast<const T*>(a.dy.p) + b * a.dy.s0 + d * a.dy.s2;
   T* dxr = a.dx.p ? static_cast<T*>(a.dx.p) + b * a.dx.s0 + d * a.dx.s2 : nullptr;
@@ -417,7 +417,7 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
   if (!general_coords(a, &tile, &d, &b, &tb, &te)) return;
   A* dp = static_cast<A*>(a.dpre);
   for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
-    const int64_t h0row = state_row(a.h0, a.h0_idx, n);
+    const int64_t h0row = h0_row_of(a, n);
     for (int64_t tok = t; tok < e; ++tok)
       dp[(q.b * a.T + tok) * a.D + d] = dpre_at<A>(a, q, h0row, d, tok - q.s);
   });
@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
     A acc = A(0);
     for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
       const int64_t send = q.s + q.L, rowoff = q.b * a.T;
-      const int64_t h0row = state_row(a.h0, a.h0_idx, n);
+      const int64_t h0row = h0_row_of(a, n);
       for (int64_t tok = t; tok < e; ++tok) {
         if (k < a.W) {
           acc = fma(dp[(rowoff + tok) * a.D + d],
@@ -473,7 +473,7 @@ __global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocks
   if (i >= a.N * a.D) return;
   const int64_t n = i / a.D, d = i - n * a.D;
   const Seq q = seq_of(a, n);
-  const int64_t h0row = state_row(a.h0, a.h0_idx, n);
+  const int64_t h0row = h0_row_of(a, n);
   const int64_t off = a.S - (a.W - 1);
   // tokens whose window reaches h0 (none without dy: no dpre term, semantics §2)
   const int64_t nd = !a.dy.p ? 0 : q.L < a.W - 1 ? q.L : a.W - 1;

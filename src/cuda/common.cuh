@@ -34,6 +34,8 @@ struct Args {
   bool packed;
   DTensor x, weight, bias, residual, cu, h0, h0_idx, y, ht, ht_idx;  // forward
   DTensor dy, dht, dx, dweight, dbias, dh0;                          // backward
+  DTensor has_h0, ring;     // state addressing: [N] flags, [N] ring offsets
+  int64_t pad_index;        // a state index meaning "no row", besides -1
   // tiling of the (batch, time) axis: a tile is tile_t consecutive tokens of
   // one batch row (dense) or of the packed token axis.
   int64_t tile_t, tiles_per_row, ntiles;
@@ -221,21 +223,49 @@ __device__ __forceinline__ int64_t find_seq(const Args& a, int64_t t) {
   return lo;
 }
 
-// Pool row of sequence n in a state tensor with optional indices; -1 = none.
-__device__ __forceinline__ int64_t state_row(const DTensor& st_, const DTensor& idx, int64_t n) {
+// Pool row of sequence n in a state tensor with optional indices; -1 = none
+// (-1, the pad index, or out of range: the kernels clamp what the host did
+// not check).
+__device__ __forceinline__ int64_t state_row(const Args& a, const DTensor& st_, const DTensor& idx,
+                                             int64_t n) {
   if (!st_.p) return -1;
   const int64_t r = idx.p ? ld_index(idx, n) : n;
-  return (r < 0 || r >= st_.n0) ? -1 : r;
+  return (r < 0 || r >= st_.n0 || r == a.pad_index) ? -1 : r;
+}
+// The initial-state row sequence n reads (-1: a zero state, also when its
+// has_initial_state flag is false) and the final-state row it writes.
+__device__ __forceinline__ int64_t h0_row_of(const Args& a, int64_t n) {
+  if (a.has_h0.p) {
+    const bool flag = a.has_h0.dt == SC_BOOL
+                          ? static_cast<const unsigned char*>(a.has_h0.p)[n * a.has_h0.s0] != 0
+                          : ld_index(a.has_h0, n) != 0;
+    if (!flag) return -1;
+  }
+  return state_row(a, a.h0, a.h0_idx, n);
+}
+__device__ __forceinline__ int64_t ht_row_of(const Args& a, int64_t n) {
+  return state_row(a, a.ht, a.ht_idx, n);
 }
 
-// Sequence n as (batch row b, first token s, length L) in x's [B, T, D] view.
+// Sequence n as (batch row b, first token s, length L) in x's [B, T, D] view,
+// and the ring offset c of its state rows (0 without rings).
 struct Seq {
-  int64_t b, s, L;
+  int64_t b, s, L, c;
 };
+__device__ __forceinline__ int64_t ring_of(const Args& a, int64_t n) {
+  if (!a.ring.p || a.S == 0) return 0;
+  const int64_t c = ld_index(a.ring, n) % a.S;
+  return c < 0 ? c + a.S : c;  // (negative offsets are the caller's error: clamped)
+}
 __device__ __forceinline__ Seq seq_of(const Args& a, int64_t n) {
-  if (!a.packed) return Seq{n, 0, a.T};
+  if (!a.packed) return Seq{n, 0, a.T, ring_of(a, n)};
   const int64_t s = cu_at(a, n), e = cu_at(a, n + 1);
-  return Seq{0, s, e > s ? e - s : 0};
+  return Seq{0, s, e > s ? e - s : 0, ring_of(a, n)};
+}
+// Slot of logical state entry j (0 <= j < S) of sequence q in its row.
+__device__ __forceinline__ int64_t state_slot(const Args& a, const Seq& q, int64_t j) {
+  const int64_t s = q.c + j;
+  return s >= a.S ? s - a.S : s;
 }
 
 // u_n[p] for sequence n, channel d (scalar, runtime dtypes): h0 for p < S
@@ -245,7 +275,7 @@ __device__ __forceinline__ A load_u(const Args& a, const Seq& q, int64_t h0row, 
                                     int64_t p) {
   if (p >= a.S) return ld<A>(a.x.p, a.x.dt, q.b * a.x.s0 + (q.s + p - a.S) * a.x.s1 + d * a.x.s2);
   if (h0row < 0 || p < 0) return A(0);
-  return ld<A>(a.h0.p, a.h0.dt, h0row * a.h0.s0 + d * a.h0.s1 + p * a.h0.s2);
+  return ld<A>(a.h0.p, a.h0.dt, h0row * a.h0.s0 + d * a.h0.s1 + state_slot(a, q, p) * a.h0.s2);
 }
 
 // Tile `tile` of the (batch, time) axis as batch row b and tokens [tb, te).

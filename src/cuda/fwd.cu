@@ -90,7 +90,7 @@ struct TmFwd {
   template <bool FULL>
   __device__ void segment(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
                           int64_t e) {
-    const int64_t h0row = state_row(a.h0, a.h0_idx, n);
+    const int64_t h0row = h0_row_of(a, n);
     const int64_t sx = a.x.s1, sr = a.residual.s1, sy = a.y.s1;
     const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + d0 * a.x.s2;
     const T* rp = a.residual.p ? static_cast<const T*>(a.residual.p) + q.b * a.residual.s0 +
@@ -297,8 +297,8 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
     wr[j] = j < W ? scale * ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (W - 1 - j) * a.weight.s1)
                   : A(0);
   const A bs = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
-  const Seq q{b, 0, a.T};
-  const int64_t h0row = state_row(a.h0, a.h0_idx, b);
+  const Seq q{b, 0, a.T, ring_of(a, b)};
+  const int64_t h0row = h0_row_of(a, b);
   const T* xr = static_cast<const T*>(a.x.p) + b * a.x.s0 + d * a.x.s2;
   const T* rr = a.residual.p ? static_cast<const T*>(a.residual.p) + b * a.residual.s0 +
                                    d * a.residual.s2
@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
   const RuntimeAct<M> act{a.act};  // (scale 1: the general path never pre-scales)
   const A bs = a.bias.p ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
   for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
-    const int64_t h0row = state_row(a.h0, a.h0_idx, n);
+    const int64_t h0row = h0_row_of(a, n);
     for (int64_t tok = t; tok < e; ++tok) {
       const int64_t p0 = a.S - (a.W - 1) + (tok - q.s);  // u position of tap 0
       A acc = bs;
@@ -367,15 +367,22 @@ __global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocks
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= a.N * a.D) return;
   const int64_t n = i / a.D, d = i - n * a.D;
-  const int64_t out = state_row(a.ht, a.ht_idx, n);
+  const int64_t out = ht_row_of(a, n);
   if (out < 0) return;
-  const int64_t in = state_row(a.h0, a.h0_idx, n);
+  const int64_t in = h0_row_of(a, n);
   const Seq q = seq_of(a, n);
   // j upward: u(L+j) (an h0 entry at index >= j, or x) is read before ht[j]
-  // is written, so the aliased in-place update never reads a written slot.
+  // is written, so the aliased in-place update never reads a written slot
+  // (with ring rows: ht[j] goes to slot (c + L + j) mod S, the slot u(L+j)
+  // was read from when it is an h0 entry; later j read other slots).
+  // slot of ht[0], before wrapping (without rings ht[j] is slot j)
+  const int64_t first = a.ring.p && a.S > 0 ? q.c + q.L % a.S : 0;
   for (int64_t j = 0; j < a.S; ++j) {
     const double v = load_u<double>(a, q, in, d, q.L + j);  // exact copy, rounded once
-    st<double>(a.ht.p, a.ht.dt, out * a.ht.s0 + d * a.ht.s1 + j * a.ht.s2, v);
+    int64_t slot = first + j;
+    slot -= slot >= a.S ? a.S : 0;
+    slot -= slot >= a.S ? a.S : 0;
+    st<double>(a.ht.p, a.ht.dt, out * a.ht.s0 + d * a.ht.s1 + slot * a.ht.s2, v);
   }
 }
 

@@ -47,6 +47,9 @@ void cut(const Case& c, const Inputs& in, const std::vector<int64_t>& lo,
   o.pool = 0;
   o.h0_index.clear();
   o.ht_index.clear();
+  o.has_h0.clear();
+  o.ring.clear();
+  o.pad_index = -1;
   o.in_place = false;
   o.h0 = !h0.empty();
   o.ht = true;
@@ -98,6 +101,9 @@ void whole_run(const Case& c, const Inputs& in, const std::vector<int64_t>& spli
   cw->pool = 0;
   cw->h0_index.clear();
   cw->ht_index.clear();
+  cw->has_h0.clear();
+  cw->ring.clear();
+  cw->pad_index = -1;
   cw->in_place = false;
   cw->ht = true;
   cw->dht = false;

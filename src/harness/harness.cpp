@@ -49,13 +49,17 @@ int64_t Case::xt() const {
 }
 
 int64_t Case::h0_row(int64_t n) const {
-  if (!h0) return -1;
-  return pool > 0 ? h0_index[size_t(n)] : n;
+  if (!h0 || (!has_h0.empty() && !has_h0[size_t(n)])) return -1;
+  if (pool == 0) return n;  // (the pad index applies to index tensors only)
+  const int64_t r = h0_index[size_t(n)];
+  return r == pad_index ? -1 : r;
 }
 
 int64_t Case::ht_row(int64_t n) const {
   if (!ht) return -1;
-  return pool > 0 ? ht_index[size_t(n)] : n;
+  if (pool == 0) return n;
+  const int64_t r = ht_index[size_t(n)];
+  return r == pad_index ? -1 : r;
 }
 
 std::string Case::describe() const {
@@ -78,6 +82,9 @@ std::string Case::describe() const {
   if (ht) o << " ht";
   if (pool) o << " pool=" << pool;
   if (in_place) o << " in-place";
+  if (!has_h0.empty()) o << " flags(" << dtype_name(flag_dtype) << ")";
+  if (!ring.empty()) o << " rings";
+  if (pad_index != -1) o << " pad=" << pad_index;
   if (state_transposed) o << " state^T";
   if (dht) o << " dht";
   if (!dy) o << " no-dy";

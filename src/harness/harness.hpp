@@ -60,6 +60,11 @@ struct Case {
   int64_t pool = 0;       // > 0: h0/ht are a pool [pool, D, S] addressed by the indices below
   std::vector<int64_t> h0_index, ht_index;  // [N] rows, -1 allowed (required when pool > 0)
   bool in_place = false;  // final_state is exactly initial_state (needs h0 && ht)
+  // State addressing (docs/semantics.md section 5); empty / -1: absent.
+  std::vector<int64_t> has_h0;    // [N] has_initial_state flags (0/1), stored as flag_dtype
+  sc_dtype flag_dtype = SC_BOOL;  // bool, int32 or int64
+  std::vector<int64_t> ring;      // [N] ring_offsets (>= 0): state rows are rings
+  int64_t pad_index = -1;         // a state index meaning "no row", besides -1
   bool state_transposed = false;  // h0/ht stored [rows, S, D]: strides {D*S, 1, D}
   bool dht = false;       // dfinal_state given to the backward
   bool dy = true;         // dy given (absent = zeros)
@@ -75,7 +80,7 @@ struct Case {
   int64_t xb() const { return packed ? 1 : B; }  // x viewed as [xb, xt, D]
   int64_t xt() const;
   int64_t state_rows() const { return pool > 0 ? pool : num_seqs(); }
-  int64_t h0_row(int64_t n) const;  // -1: none
+  int64_t h0_row(int64_t n) const;  // -1: none (also a false flag or the pad index)
   int64_t ht_row(int64_t n) const;  // -1: not written
   std::string describe() const;
 };
@@ -159,7 +164,7 @@ class Prepared {
   Tensor *x_ = nullptr, *w_ = nullptr, *b_ = nullptr, *res_ = nullptr, *cu_ = nullptr,
          *h0_ = nullptr, *h0i_ = nullptr, *hti_ = nullptr, *y_ = nullptr, *ht_ = nullptr,
          *dy_ = nullptr, *dht_ = nullptr, *dx_ = nullptr, *dw_ = nullptr, *db_ = nullptr,
-         *dh0_ = nullptr, *h0b_ = nullptr;
+         *dh0_ = nullptr, *h0b_ = nullptr, *h0f_ = nullptr, *ring_ = nullptr;
   sc_conv_args fa_{}, ba_{};
   Buffer fws_, bws_;
   void* stream_ = nullptr;

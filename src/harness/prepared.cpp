@@ -52,7 +52,9 @@ bool is_poison(const unsigned char* p, sc_dtype dt, int64_t off) {
 }
 
 void put_value(unsigned char* p, sc_dtype dt, int64_t off, double v) {
-  if (dt == SC_I32) {
+  if (dt == SC_BOOL) {
+    p[off] = v != 0.0 ? 1 : 0;
+  } else if (dt == SC_I32) {
     int32_t i = int32_t(v);
     std::memcpy(p + off * 4, &i, 4);
   } else if (dt == SC_I64) {
@@ -308,10 +310,18 @@ void Prepared::add_inputs(const Inputs* in) {
       h0i_ = add(index_tensor(c, "initial_state_indices", N));
       fill_index(h0i_, c.h0_index);
     }
+    if (!c.has_h0.empty()) {
+      h0f_ = add(make_tensor("has_initial_state", c.flag_dtype, false, {N}, {1}, 0, N, 1));
+      fill_index(h0f_, c.has_h0);
+    }
     if (c.in_place) {  // the backward reads the original state from its own copy
       h0b_ = add(state_tensor(c, "initial_state(bwd)", false, rows, c.state_transposed));
       h0b_->buf.upload(h0_->initial);
     }
+  }
+  if (!c.ring.empty()) {
+    ring_ = add(index_tensor(c, "ring_offsets", N));
+    fill_index(ring_, c.ring);
   }
   if (c.dy) {
     dy_ = add(act_tensor(c, "dy", false, c.dy_broadcast));
@@ -359,11 +369,15 @@ void Prepared::build_args() {
     set(a->bias, b_);
     set(a->cu_seqlens, cu_);
     set(a->initial_state_indices, h0i_);
+    set(a->has_initial_state, h0f_);
+    a->pad_index = c_.pad_index;
     a->exec.backend = backend_;
     a->exec.num_threads = c_.num_threads;
     a->exec.tile_t = c_.tile_t;
     a->exec.tile_d = c_.tile_d;
   }
+  set(fa_.ring_offsets, ring_);
+  if (h0_) set(ba_.ring_offsets, ring_);  // the backward reads no final state
   set(fa_.residual, res_);
   set(fa_.initial_state, h0_);
   set(fa_.y, y_);

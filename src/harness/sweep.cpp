@@ -49,6 +49,24 @@ void draw_states(Draw& r, Case& c) {
   } else if (c.h0 && c.ht) {
     c.in_place = r.coin(0.3);
   }
+  // State addressing (semantics section 5): initial-state flags, ring rows
+  // (offsets past S too), and a pad index (outside the pool, or a real row
+  // that then means "no row") replacing some pool indices.
+  if (c.h0 && r.coin(0.3)) {
+    const sc_dtype flag_dtypes[3] = {SC_BOOL, SC_I32, SC_I64};
+    c.flag_dtype = flag_dtypes[r.pick(0, 2)];
+    for (int64_t n = 0; n < N; ++n) c.has_h0.push_back(r.coin(0.5) ? 1 : 0);
+  }
+  if ((c.h0 || c.ht) && r.coin(0.3))
+    for (int64_t n = 0; n < N; ++n) c.ring.push_back(r.pick(0, 3 * int64_t(c.state_len()) + 1));
+  if (c.pool > 0 && r.coin(0.3)) {
+    c.pad_index = r.coin(0.5) ? c.pool + r.pick(0, 3) : r.pick(-3, c.pool - 1);
+    if (c.pad_index == -1) c.pad_index = c.pool;
+    for (int64_t n = 0; n < N; ++n) {
+      if (r.coin(0.3)) c.h0_index[size_t(n)] = c.pad_index;
+      if (r.coin(0.3)) c.ht_index[size_t(n)] = c.pad_index;
+    }
+  }
 }
 
 }  // namespace

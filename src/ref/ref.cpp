@@ -44,7 +44,8 @@ std::vector<double> extended(const Problem& p, int64_t n, int64_t d) {
   const int64_t L = p.seq_len(n), b = p.seq_batch(n), t0 = p.seq_begin(n);
   const int64_t row = p.h0_row(n);
   std::vector<double> u(size_t(p.S + L), 0.0);
-  for (int64_t j = 0; j < p.S; ++j) u[size_t(j)] = row >= 0 ? get(p.h0, row, d, j) : 0.0;
+  for (int64_t j = 0; j < p.S; ++j)
+    u[size_t(j)] = row >= 0 ? get(p.h0, row, d, p.state_slot(n, j)) : 0.0;
   for (int64_t t = 0; t < L; ++t) u[size_t(p.S + t)] = get(p.x, b, t0 + t, d);
   return u;
 }
@@ -81,7 +82,7 @@ void forward(const Problem& p) {
       }
       const int64_t row = p.ht_row(n);
       if (row >= 0)
-        for (int64_t j = 0; j < p.S; ++j) put(p.ht, u[size_t(L + j)], row, d, j);
+        for (int64_t j = 0; j < p.S; ++j) put(p.ht, u[size_t(L + j)], row, d, p.final_slot(n, j));
     }
   }
 }

@@ -20,20 +20,14 @@
 #include <vector>
 
 #include "core/activation.hpp"
+#include "backend_param.hpp"
 #include "harness/harness.hpp"
 
 namespace {
 
 using namespace shortconv::harness;
 
-class ActivationRange : public ::testing::TestWithParam<sc_backend> {
- protected:
-  void SetUp() override {
-    if (GetParam() == SC_BACKEND_CUDA &&
-        !(sc_has_backend(SC_BACKEND_CUDA) && cuda_device_present()))
-      GTEST_SKIP() << "no CUDA backend compiled in or no CUDA device present";
-  }
-};
+class ActivationRange : public BackendTest {};
 
 // Magnitudes worth testing for a dtype whose largest finite value is `max`.
 std::vector<double> magnitudes(double max) {
@@ -213,10 +207,6 @@ TEST(ActivationPolicy, TanhFormsAgreeWithTheDefinition) {
         }
       }
     });
-}
-
-std::string backend_param_name(const ::testing::TestParamInfo<sc_backend>& info) {
-  return backend_name(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ActivationRange,

@@ -14,20 +14,14 @@
 #include <numeric>
 #include <random>
 
+#include "backend_param.hpp"
 #include "harness/harness.hpp"
 
 namespace {
 
 using namespace shortconv::harness;
 
-class Chunk : public ::testing::TestWithParam<sc_backend> {
- protected:
-  void SetUp() override {
-    if (GetParam() == SC_BACKEND_CUDA &&
-        !(sc_has_backend(SC_BACKEND_CUDA) && cuda_device_present()))
-      GTEST_SKIP() << "no CUDA backend compiled in or no CUDA device present";
-  }
-};
+class Chunk : public BackendTest {};
 
 // fp32: chunked and whole differ only by accumulation order in sums over
 // tokens (dweight, dbias); fp64 far below.
@@ -221,10 +215,6 @@ TEST_P(Chunk, PackedEqualsLoop) {
     EXPECT_LE(rel_err(dw, all.dweight), tolerance(c.param_dtype, c.act_dtype)) << c.describe();
     EXPECT_LE(rel_err(db, all.dbias), tolerance(c.param_dtype, c.act_dtype)) << c.describe();
   }
-}
-
-std::string backend_param_name(const ::testing::TestParamInfo<sc_backend>& info) {
-  return backend_name(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Chunk,

@@ -10,20 +10,14 @@
 #include <functional>
 #include <random>
 
+#include "backend_param.hpp"
 #include "harness/harness.hpp"
 
 namespace {
 
 using namespace shortconv::harness;
 
-class Grad : public ::testing::TestWithParam<sc_backend> {
- protected:
-  void SetUp() override {
-    if (GetParam() == SC_BACKEND_CUDA &&
-        !(sc_has_backend(SC_BACKEND_CUDA) && cuda_device_present()))
-      GTEST_SKIP() << "no CUDA backend compiled in or no CUDA device present";
-  }
-};
+class Grad : public BackendTest {};
 
 double loss(const Case& c, const Inputs& in, sc_backend b) {
   const Outputs o = run(c, in, b, kForward);
@@ -134,10 +128,6 @@ TEST_P(Grad, DeterministicAcrossRunsAndThreads) {
       EXPECT_TRUE(bit_equal(o.dh0, first.dh0)) << "dh0, threads=" << threads;
     }
   }
-}
-
-std::string backend_param_name(const ::testing::TestParamInfo<sc_backend>& info) {
-  return backend_name(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Grad,

@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 
+#include "backend_param.hpp"
 #include "harness/harness.hpp"
 #include "harness/sweep.hpp"
 
@@ -21,14 +22,8 @@ namespace {
 
 using namespace shortconv::harness;
 
-class Sweep : public ::testing::TestWithParam<sc_backend> {
+class Sweep : public BackendTest {
  protected:
-  void SetUp() override {
-    if (GetParam() == SC_BACKEND_CUDA &&
-        !(sc_has_backend(SC_BACKEND_CUDA) && cuda_device_present()))
-      GTEST_SKIP() << "no CUDA backend compiled in or no CUDA device present";
-  }
-
   // Runs c on the backend under test and on the oracle; returns "" or why not equal.
   static std::string check_case(const Case& c, sc_backend b) {
     const Inputs in = make_inputs(c);
@@ -96,7 +91,14 @@ TEST_P(Sweep, PackedTinySegments) {
       c.h0_index.clear();
       c.ht_index.clear();
       c.in_place = false;
+      c.pad_index = -1;
     }
+    // per-sequence flags and ring offsets for the new N (flags alternate, offsets cycle)
+    for (std::vector<int64_t>* v : {&c.has_h0, &c.ring})
+      if (!v->empty()) {
+        v->resize(size_t(n));
+        for (int64_t k = 0; k < n; ++k) (*v)[size_t(k)] = v == &c.has_h0 ? k % 2 : k % 7;
+      }
     const std::string why = check_case(c, GetParam());
     if (!why.empty()) ++bad;
     EXPECT_EQ(why, "") << c.describe();
@@ -230,10 +232,6 @@ TEST_P(Sweep, StatesAndPools) {
     if (!why.empty()) ++bad;
     EXPECT_EQ(why, "") << c.describe();
   }
-}
-
-std::string backend_param_name(const ::testing::TestParamInfo<sc_backend>& info) {
-  return backend_name(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Sweep, ::testing::Values(SC_BACKEND_CPU, SC_BACKEND_CUDA),

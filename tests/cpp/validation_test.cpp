@@ -512,6 +512,61 @@ std::vector<Row> rows() {
       },
       {"final_state_indices"});
 
+  // ---- state addressing: flags, ring rows, the pad index (semantics section 5) ------
+  auto flags = [](Case& c) {
+    c.a.has_initial_state = c.index<uint8_t>("has_initial_state", SC_BOOL, {1, 0, 1});
+  };
+  auto rings = [](Case& c) { c.a.ring_offsets = c.index<int32_t>("ring_offsets", SC_I32, {0, 5, 2}); };
+  add("has_initial_state shape [N+1]", PACKED, BOTH,
+      [](Case& c) { c.a.has_initial_state = c.index<uint8_t>("f", SC_BOOL, {1, 0, 1, 1}); },
+      {"has_initial_state"});
+  add("has_initial_state dtype f32", PACKED, BOTH,
+      [flags](Case& c) { flags(c); c.a.has_initial_state.dtype = SC_F32; }, {"has_initial_state"});
+  add("has_initial_state rank 2", PACKED, BOTH,
+      [flags](Case& c) {
+        flags(c);
+        c.a.has_initial_state = shortconv::tensor(c.ptr("has_initial_state"), SC_BOOL, {1, kN});
+      },
+      {"has_initial_state"});
+  add("has_initial_state NULL data", PACKED, BOTH,
+      [flags](Case& c) { flags(c); c.a.has_initial_state.data = nullptr; }, {"has_initial_state"});
+  add("has_initial_state without initial_state", PACKED, BOTH,
+      [flags](Case& c) { flags(c); c.a.initial_state.ndim = 0; c.a.initial_state_indices.ndim = 0; },
+      {"has_initial_state", "initial_state"});
+  add("ring_offsets negative", PACKED, BOTH,
+      [rings](Case& c) { rings(c); reinterpret_cast<int32_t*>(c.ptr("ring_offsets"))[2] = -1; },
+      {"ring_offsets[2]"});
+  add("ring_offsets dtype bool", PACKED, BOTH,
+      [rings](Case& c) { rings(c); c.a.ring_offsets.dtype = SC_BOOL; }, {"ring_offsets"});
+  add("ring_offsets shape [N-1]", PACKED, BOTH,
+      [rings](Case& c) { rings(c); c.a.ring_offsets.shape[0] = kN - 1; }, {"ring_offsets"});
+  add("ring_offsets without a state tensor", PACKED, BOTH,
+      [rings](Case& c) {
+        rings(c);
+        c.a.initial_state.ndim = c.a.initial_state_indices.ndim = 0;
+        c.a.final_state.ndim = c.a.final_state_indices.ndim = 0;
+      },
+      {"ring_offsets"});
+  add("bool cu_seqlens", PACKED, BOTH, [](Case& c) { c.a.cu_seqlens.dtype = SC_BOOL; },
+      {"cu_seqlens"});
+  add("bool state index", PACKED, BOTH, [](Case& c) { c.a.initial_state_indices.dtype = SC_BOOL; },
+      {"initial_state_indices"});
+  add("index = -2 with pad_index -3", PACKED, BOTH,
+      [](Case& c) {
+        c.a.pad_index = -3;
+        reinterpret_cast<int64_t*>(c.ptr("initial_state_indices"))[1] = -2;
+      },
+      {"initial_state_indices", "pad_index"});
+  add("final_state over ring_offsets", PACKED, FWD,
+      [rings](Case& c) { rings(c); alias(c.a.ring_offsets, c.a.final_state); },
+      {"final_state", "ring_offsets"});
+  add("dinitial_state over has_initial_state", PACKED, BWD,
+      [](Case& c) {
+        c.a.has_initial_state = c.index<int32_t>("has_initial_state", SC_I32, {1, 0, 1});
+        alias(c.a.has_initial_state, c.a.dinitial_state);
+      },
+      {"dinitial_state", "has_initial_state"});
+
   // ---- outputs overlapping inputs or each other ---------------------------------------
   add("y over x", DENSE, FWD, [](Case& c) { alias(c.a.x, c.a.y); }, {"y", "x"});
   add("y over x (+1 element)", DENSE, FWD, [](Case& c) { alias(c.a.x, c.a.y, 1); }, {"y", "x"});
@@ -1165,6 +1220,31 @@ TEST(ValidEdges, PoolIndices) {
     a.final_state_indices = c->index<int64_t>("fsi", SC_I64, {3, 3, 3});
     run_ok(a, true);
     run_ok(a, false);
+  }
+}
+
+// The pad index is "no row" in both index tensors, also when it names a real
+// row or repeats; flags and ring offsets of every allowed dtype are accepted.
+TEST(ValidEdges, StateAddressing) {
+  for (sc_backend be : kBackends) {
+    for (int64_t pad : {int64_t(kP), int64_t(1), int64_t(-7)}) {
+      auto c = baseline(PACKED, be);
+      sc_conv_args& a = c->a;
+      a.pad_index = pad;
+      a.initial_state_indices = c->index<int64_t>("isi", SC_I64, {pad, 2, pad});
+      a.final_state_indices = c->index<int64_t>("fsi", SC_I64, {pad, 0, pad});
+      a.has_initial_state = c->index<int64_t>("flags", SC_I64, {0, 1, 7});
+      a.ring_offsets = c->index<int64_t>("rings", SC_I64, {0, 1000003, 4});
+      run_ok(a, true);
+      run_ok(a, false);
+      const uint8_t* fs = c->ptr("final_state");
+      for (int64_t r : {1, 2, 3})  // only row 0 is written
+        for (int64_t i = 0; i < kD * kS * 4; ++i) EXPECT_EQ(fs[r * kD * kS * 4 + i], kSentinel);
+      a.has_initial_state = c->index<uint8_t>("flags8", SC_BOOL, {1, 1, 0});
+      a.ring_offsets = c->index<int32_t>("rings32", SC_I32, {3, 0, 0});
+      run_ok(a, true);
+      run_ok(a, false);
+    }
   }
 }
 
