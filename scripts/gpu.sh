@@ -32,6 +32,18 @@ stage() {  # stage NAME CMD...: run, log to $LOG/NAME.log, record pass/fail and 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv >"$LOG/gpu.txt" 2>&1
 cat "$LOG/gpu.txt"
 
+# The baseline tree builds in the background while this one builds (the
+# longest file compiles alone: two builds overlap almost fully).
+BASE_PID=
+if [ -n "${GPU_BASELINE:-}" ]; then
+  ( t0=$(date +%s)
+    if cmake -S "$GPU_BASELINE" -B "$B-base" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_CUDA_ARCHITECTURES=90 -DSHORTCONV_CUDA=ON -DSHORTCONV_BUILD_TESTS=OFF \
+        && cmake --build "$B-base" -j$JOBS; then st=ok; else st="FAIL($?)"; fi
+    echo "$st" >"$LOG/base_build.status"
+    echo "$(( $(date +%s) - t0 ))s" >>"$LOG/base_build.status" ) >"$LOG/base_build.log" 2>&1 &
+  BASE_PID=$!
+fi
 stage build bash -c "cmake -S '$ROOT' -B '$B' -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DSHORTCONV_CUDA=ON -DSHORTCONV_BUILD_TESTS=ON \
   && cmake --build '$B' -j$JOBS --target shortconv shortconv_tests shortconv_cli 2>&1 \
@@ -53,10 +65,10 @@ if [ "${GPU_SKIP_CHECK:-0}" != 1 ]; then
   stage check "$CLI" check --backend cuda
 fi
 stage bench bash -c "'$CLI' bench --backend cuda --json ${GPU_BENCH_ARGS:-} > '$LOG/bench.json'"
-if [ -n "${GPU_BASELINE:-}" ]; then
-  stage base_build bash -c "cmake -S '$GPU_BASELINE' -B '$B-base' -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DSHORTCONV_CUDA=ON -DSHORTCONV_BUILD_TESTS=OFF \
-    && cmake --build '$B-base' -j$JOBS"
+if [ -n "$BASE_PID" ]; then
+  wait "$BASE_PID"
+  STATUS[base_build]="$(tr '\n' ' ' <"$LOG/base_build.status" 2>/dev/null)"
+  case "${STATUS[base_build]}" in ok*) ;; *) FAILED=$((FAILED+1)) ;; esac
   stage base_bench bash -c "'$B-base/bin/shortconv' bench --backend cuda --json ${GPU_BENCH_ARGS:-} > '$LOG/bench_base.json'"
 fi
 # The PyTorch package on the device's torch: its tests (CUDA streams, graphs,

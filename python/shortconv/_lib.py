@@ -23,6 +23,7 @@ Layout of the per-call buffer:
 
 import ctypes
 import os
+import re
 import struct
 
 import torch
@@ -383,9 +384,10 @@ class Call:
 
     def _raise(self, status):
         msg = ctypes.string_at(self.base + ERR_OFF).decode(errors="replace")
-        if self.rename:
-            for old, new in self.rename.items():
-                msg = msg.replace(old, new)
+        if self.rename:  # whole words only: initial_state is not inside has_initial_state
+            msg = re.sub(r"(?<![A-Za-z0-9_])(%s)(?![A-Za-z0-9_])"
+                         % "|".join(re.escape(k) for k in self.rename),
+                         lambda m: self.rename[m.group(1)], msg)
         kind = _lib.sc_status_string(status).decode()
         raise ShortConvError("%s: %s: %s" % (self.where, kind, msg), status)
 

@@ -36,6 +36,7 @@ _CACHE_NAMES = {
     "final_state_indices": "cache_indices",
     "initial_state": "cache",
     "final_state": "cache",
+    "ring_offsets": "cache_seqlens",
 }
 
 # The library's activation names, None for identity, and the aliases models use.

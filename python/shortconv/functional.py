@@ -13,7 +13,7 @@ Conventions (docs/semantics.md is the law):
 
 import torch
 
-from . import _ops
+from . import _ops, _seq_idx
 from ._args import check_flag, check_state_len, check_tensors
 from ._lib import INT32_MAX, invalid
 from ._ops import activation_code
@@ -50,6 +50,49 @@ def _needs_grad(*tensors):
     return False
 
 
+def _with_seq_idx(x, weight, bias, residual, initial_state, output_final_state, activation,
+                  seq_idx, cu_seqlens, state_len, cp_context):
+    """causal_conv1d with x [B, T, ...] described by sequence ids (_seq_idx.py)."""
+    where = "shortconv.causal_conv1d"
+    if cu_seqlens is not None or cp_context is not None:
+        raise ValueError("%s: seq_idx: give either seq_idx or cu_seqlens/cp_context, not both"
+                         % where)
+    if not isinstance(seq_idx, _Tensor) or seq_idx.dtype not in (torch.int32, torch.int64):
+        raise TypeError("%s: seq_idx: expected an int32/int64 torch.Tensor [B, T], got %s"
+                        % (where, getattr(seq_idx, "dtype", type(seq_idx).__name__)))
+    if x.dim() < 3 or seq_idx.dim() != 2 or tuple(seq_idx.shape) != tuple(x.shape[:2]):
+        raise ValueError("%s: seq_idx: expected shape [B, T] = %s (x's first two dims), got %s"
+                         % (where, list(x.shape[:2]), list(seq_idx.shape)))
+    if seq_idx.device != x.device:
+        raise ValueError("%s: seq_idx is on %s but x is on %s" % (where, seq_idx.device, x.device))
+    B, T = seq_idx.shape
+    cu = _seq_idx.offsets(seq_idx, torch.int64)
+    ids, real = _seq_idx.run_ids(seq_idx, cu)
+    h0 = None
+    rows = None
+    if initial_state is not None:
+        if not isinstance(initial_state, _Tensor) or initial_state.dim() != 3:
+            raise ValueError("%s: initial_state: expected [N, D, S] (row = sequence id)" % where)
+        rows = initial_state.shape[0]
+        # ids past the state rows would read another row: an error, checked without a host
+        # synchronisation on the GPU (a device-side assertion).
+        torch._assert_async(((ids < rows) | ~real).all())
+        h0 = _seq_idx.gather_states(initial_state, ids, real)
+    elif output_final_state:
+        rows = int(seq_idx.max()) + 1 if seq_idx.numel() else 0  # one host sync: the row count
+    flat = lambda t: None if t is None else t.reshape(1, B * T, *t.shape[2:])  # noqa: E731
+    y, final_runs = causal_conv1d(flat(x), weight, bias, flat(residual), h0,
+                                  output_final_state, activation, cu_seqlens=cu,
+                                  state_len=state_len)
+    y = y.reshape(x.shape)
+    mask = (seq_idx >= 0).view(B, T, *([1] * (x.dim() - 2)))
+    y = torch.where(mask, y, torch.zeros((), dtype=y.dtype, device=y.device))  # padding: 0
+    final_state = None
+    if output_final_state:
+        final_state = _seq_idx.scatter_states(final_runs, ids, real, rows)
+    return y, final_state
+
+
 def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
                   output_final_state=False, activation=None, *, cu_seqlens=None, state_len=None,
                   backend=None, cu_seqlens_cpu=None, chunk_indices=None, seq_idx=None,
@@ -73,6 +116,12 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
             sequences (zero-length ones allowed).
         state_len: S; default initial_state.shape[-1] if given, else W (FLA).
             W-1 gives causal-conv1d's states.
+        seq_idx: [B, T] int32/int64 sequence ids, instead of cu_seqlens: each run of one
+            id in a row is a sequence, negative ids are padding (output 0, read by no
+            token); initial_state row i and final_state row i belong to id i
+            (docs/semantics.md section 3).  Offsets are built on the device without a host
+            synchronisation, except for output_final_state without initial_state (the
+            number of rows, max id + 1, is read once).
         backend, cu_seqlens_cpu, chunk_indices: accepted for FLA compatibility and
             ignored (the backend follows x's device).
         cp_context: context parallelism: an object with ``.group`` and ``.cu_seqlens``
@@ -102,13 +151,12 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
             ("residual", residual, "like x, or None"),
             ("initial_state", initial_state, "[N, D, S] or None"),
             ("cu_seqlens", cu_seqlens, "[N+1] (int32/int64) or None")))
-    if seq_idx is not None:
-        raise NotImplementedError(
-            "shortconv.causal_conv1d: seq_idx is not supported; describe packed sequences with "
-            "cu_seqlens ([N+1] offsets)")
     if kwargs:
         raise TypeError("shortconv.causal_conv1d: unexpected keyword argument(s) %s"
                         % ", ".join(sorted(kwargs)))
+    if seq_idx is not None:
+        return _with_seq_idx(x, weight, bias, residual, initial_state, output_final_state,
+                             activation, seq_idx, cu_seqlens, state_len, cp_context)
     if cp_context is not None:  # context parallelism: x is this rank's shard (distributed.py)
         from .distributed import _from_cp_context
         return _from_cp_context(x, weight, bias, residual, initial_state, output_final_state,

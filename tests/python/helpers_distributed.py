@@ -29,9 +29,10 @@ DEV = torch.device("cpu")  # this rank's device (set in _worker)
 def run_world(world, timeout=240):
     """Spawn `world` gloo ranks running every check; returns {check: [status per rank]}, reports."""
     tmp = tempfile.mkdtemp(prefix="sc-cp-")
-    # CPU: fork (the parent has imported torch already: saves seconds per rank); a CUDA
-    # process cannot fork, so NCCL ranks are spawned.
-    method = "spawn" if BACKEND == "nccl" or torch.cuda.is_initialized() else "fork"
+    # CPU: forkserver (one server imports torch once per test session and forks the ranks;
+    # forking this process instead breaks once it has run autograd, whose worker threads a
+    # fork cannot carry); a CUDA process cannot fork, so NCCL ranks are spawned.
+    method = "spawn" if BACKEND == "nccl" or torch.cuda.is_initialized() else "forkserver"
     pc = mp.start_processes(_worker, args=(world, tmp), nprocs=world, join=False,
                             start_method=method)
     deadline = time.time() + timeout
