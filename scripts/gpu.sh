@@ -3,7 +3,12 @@
 # compute-sanitizer subset (memcheck + racecheck), `shortconv check --backend
 # cuda` and `shortconv bench --backend cuda --json`, then print a short table.
 #
-#   scripts/gpu.sh [build-dir]        (default /tmp/sc-gpu; logs under $OUT or ./gpu-logs)
+#   scripts/gpu.sh [build-dir]        (default /tmp/sc-gpu; logs under ./gpu-logs)
+#
+# With $OUT set (a folder that is collected after the call), the logs are also
+# packed into $OUT/gpu-logs.tar.gz and the stage summary written to
+# $OUT/summary.txt after every stage: two files, so a run cut short still
+# returns everything finished so far.
 #
 # Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_PY=1 skip a stage;
 # GPU_BENCH_ARGS adds options to the bench (e.g. "--shape 8x4096x4096");
@@ -15,7 +20,7 @@
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${1:-/tmp/sc-gpu}
-LOG=${OUT:-$ROOT/gpu-logs}
+LOG=$ROOT/gpu-logs
 mkdir -p "$LOG"
 JOBS=$(nproc 2>/dev/null || echo 8)
 declare -A STATUS
@@ -27,6 +32,14 @@ stage() {  # stage NAME CMD...: run, log to $LOG/NAME.log, record pass/fail and 
   if "$@" >"$LOG/$name.log" 2>&1; then STATUS[$name]="ok"; else STATUS[$name]="FAIL($?)"; FAILED=$((FAILED+1)); fi
   STATUS[$name]="${STATUS[$name]} $(( $(date +%s) - t0 ))s"
   tail -n 5 "$LOG/$name.log"
+  collect
+}
+collect() {  # the logs so far into $OUT (when set)
+  [ -n "${OUT:-}" ] || return 0
+  for s in build tests memcheck racecheck check bench base_build base_bench pytest pybench; do
+    [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
+  done >"$OUT/summary.txt"
+  tar czf "$OUT/gpu-logs.tar.gz" -C "$LOG" . 2>/dev/null
 }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv >"$LOG/gpu.txt" 2>&1
@@ -75,8 +88,10 @@ fi
 # inductor) and the PyTorch-API bench against plain F.conv1d.
 PY=${PYTHON:-python3}
 if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
+  # bounded: the suite runs every test on both devices, torch.compile ones included
   stage pytest env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
-    "$PY" -m pytest -q -p no:cacheprovider "$ROOT/tests/python"
+    timeout "${GPU_PYTEST_SECONDS:-300}" "$PY" -m pytest -q -p no:cacheprovider --durations=15 \
+    "$ROOT/tests/python" ${GPU_PYTEST_ARGS:-}
   stage pybench env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     "$PY" -m shortconv.bench --device cuda --budget ${GPU_PYBENCH_BUDGET:-0.3}
 fi
@@ -115,4 +130,5 @@ for r in d.get("results", []):
         print(f"{'  baseline':34} {'':5} {'':13} {'':>2} {o.get('fwd_us', 0):9.1f} {'':5} {o.get('fwdbwd_us', 0):9.1f}")
 EOF
 fi
+collect
 exit $FAILED

@@ -229,7 +229,8 @@ __device__ __forceinline__ int64_t find_seq(const Args& a, int64_t t) {
 __device__ __forceinline__ int64_t state_row(const Args& a, const DTensor& st_, const DTensor& idx,
                                              int64_t n) {
   if (!st_.p) return -1;
-  const int64_t r = idx.p ? ld_index(idx, n) : n;
+  if (!idx.p) return n < st_.n0 ? n : -1;  // (the pad index applies to index tensors only)
+  const int64_t r = ld_index(idx, n);
   return (r < 0 || r >= st_.n0 || r == a.pad_index) ? -1 : r;
 }
 // The initial-state row sequence n reads (-1: a zero state, also when its
