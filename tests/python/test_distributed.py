@@ -5,6 +5,8 @@ fixture); the tests below read its results.  Select with ``pytest -k distributed
 machine with GPUs, SHORTCONV_CP_BACKEND=nccl runs the same checks on NCCL, one GPU per rank,
 for the world sizes the GPUs allow.
 """
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -20,6 +22,8 @@ except ImportError as e:  # pragma: no cover
     BACKEND = "gloo"
 
 WORLDS = [1, 2, 3, 4, 5]  # 5 > W = 4: a window spans more ranks than it has taps
+if os.environ.get("SHORTCONV_CP_WORLDS"):  # e.g. "4,8" for the larger world sizes
+    WORLDS = [int(w) for w in os.environ["SHORTCONV_CP_WORLDS"].split(",")]
 if _REASON is None and not dist.is_available():
     _REASON = "this torch build has no torch.distributed"
 elif _REASON is None and BACKEND == "gloo" and not dist.is_gloo_available():
