@@ -11,10 +11,10 @@
 //   3. backward: dweight/dbias = sum of the per-tile partials in chunk order
 //      (parallel over channels), so results do not depend on the threads.
 // The kernels are picked once per call by ISA, dtype, W and activation.  The
-// environment variable SHORTCONV_CPU_ISA=sse2|avx2|avx512 may lower the ISA
-// (for testing; never above what the machine supports).  `scalar`, the SSE2
-// kernels' former name, is accepted as an alias of sse2 until a portable
-// scalar path for non-x86 CPUs takes that name.
+// environment variable SHORTCONV_CPU_ISA may lower the ISA (for testing;
+// never above what the machine supports): avx512, avx2, or the 128-bit
+// baseline by its name on this architecture (sse2, neon, generic) or as
+// `v128`; `scalar`, the baseline's former name, is accepted as an alias.
 #include <omp.h>
 
 #include <algorithm>
@@ -33,7 +33,8 @@ Isa pick_isa() {
   Isa isa = best_isa();
   if (const char* e = std::getenv("SHORTCONV_CPU_ISA")) {
     Isa want = isa;
-    if (!std::strcmp(e, "sse2") || !std::strcmp(e, "scalar")) want = Isa::sse2;
+    if (!std::strcmp(e, v128_name()) || !std::strcmp(e, "v128") || !std::strcmp(e, "scalar"))
+      want = Isa::v128;
     else if (!std::strcmp(e, "avx2")) want = Isa::avx2;
     else if (!std::strcmp(e, "avx512")) want = Isa::avx512;
     isa = std::min(isa, want);  // never above what the machine supports

@@ -1,18 +1,24 @@
 // CPU backend: picks the kernels of the widest instruction set the machine
-// supports (the three tables come from cpu_isa_{sse2,avx2,avx512}.cpp).
+// supports (the tables come from cpu_isa_{v128,avx2,avx512}.cpp).
 #include "cpu/cpu_isa_table.hpp"
 
 namespace shortconv::cpu {
 
 const Kernels& kernels(Isa isa) {
+#if SC_X86
   switch (isa) {
     case Isa::avx512: return kernels_avx512();
     case Isa::avx2: return kernels_avx2();
-    default: return kernels_sse2();
+    default: break;
   }
+#else
+  (void)isa;
+#endif
+  return kernels_v128();
 }
 
 Isa best_isa() {
+#if SC_X86
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
@@ -21,7 +27,10 @@ Isa best_isa() {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c"))
     return Isa::avx2;
-  return Isa::sse2;
+#endif
+  return Isa::v128;  // NEON is part of every aarch64 processor
 }
+
+const char* v128_name() { return kV128Name; }
 
 }  // namespace shortconv::cpu

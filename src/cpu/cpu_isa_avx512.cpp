@@ -1,6 +1,8 @@
 // CPU backend kernels for avx512 (see cpu_isa_table.hpp).
 #include "cpu/cpu_isa_table.hpp"
 
+#if SC_X86  // (the file is empty on other architectures)
+
 namespace shortconv::cpu {
 
 #pragma GCC push_options
@@ -17,3 +19,5 @@ SC_TABLE("avx512")
 const Kernels& kernels_avx512() { return isa_avx512::table; }
 
 }  // namespace shortconv::cpu
+
+#endif  // SC_X86

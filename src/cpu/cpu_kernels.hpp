@@ -1,6 +1,6 @@
 // CPU backend: the forward and backward tile kernels (see cpu_plan.hpp for
 // the decomposition into tiles and pieces).  NO include guard: each per-ISA
-// unit (cpu_isa_{sse2,avx2,avx512}.cpp) includes this once inside that ISA's
+// unit (cpu_isa_{v128,avx2,avx512}.cpp) includes this once inside that ISA's
 // namespace, after cpu_simd.hpp.
 //
 // Math (docs/semantics.md), per channel d, sequence n, off = S-(W-1),

@@ -167,7 +167,7 @@ inline void for_each_piece(const Problem& p, const Plan& pl, int64_t c, F&& f) {
   }
 }
 
-// Kernel entry points, one table per ISA (cpu_isa_{sse2,avx2,avx512}.cpp;
+// Kernel entry points, one table per ISA (cpu_isa_{v128,avx2,avx512}.cpp;
 // cpu_isa.cpp picks one).  A tile kernel processes tile `tile` =
 // chunk * n_dtiles + d-tile completely.
 using TileFn = void (*)(const Ctx& c, int64_t tile);
@@ -180,8 +180,11 @@ struct Kernels {
   TileFn bwd[4][Activations::kCount][kMaxWClass + 1];
 };
 // Instruction sets, in order: a machine that runs one runs every lower one.
-enum class Isa { sse2 = 0, avx2 = 1, avx512 = 2 };
+// v128: 128-bit vectors, every architecture's baseline (SSE2, NEON, generic);
+// avx2 / avx512: x86-64 only.
+enum class Isa { v128 = 0, avx2 = 1, avx512 = 2 };
 const Kernels& kernels(Isa isa);
 Isa best_isa();
+const char* v128_name();  // "sse2", "neon" or "generic"
 
 }  // namespace shortconv::cpu

@@ -1,11 +1,13 @@
 // CPU backend: vector operations for ONE instruction set.
 //
-// NO include guard on purpose: each per-ISA unit (cpu_isa_sse2.cpp,
+// NO include guard on purpose: each per-ISA unit (cpu_isa_v128.cpp,
 // cpu_isa_avx2.cpp, cpu_isa_avx512.cpp) includes this file and cpu_kernels.hpp
-// once, inside its own namespace and `#pragma GCC target(...)`, with SC_ISA
-// set to 0 (baseline x86-64: SSE2), 1 (AVX2+FMA+F16C) or 2 (AVX-512
-// F/BW/DQ/VL).  The library therefore runs on any x86-64 and picks the widest
-// kernels at run time (cpu_isa.cpp).
+// once, inside its own namespace (and, on x86, `#pragma GCC target(...)`),
+// with SC_ISA set to 0 (128-bit vectors: SSE2 on x86-64, NEON on aarch64,
+// GCC's generic vectors elsewhere), 1 (AVX2+FMA+F16C) or 2 (AVX-512
+// F/BW/DQ/VL).  The library therefore runs on any architecture and, on
+// x86-64, picks the widest kernels at run time (cpu_isa.cpp).  SC_ISA 0 is
+// written with GCC vector extensions only, plus NEON's fused multiply-add.
 //
 // Ops structs: A = accumulation type, V = a vector of L lanes of A (GCC vector
 // extensions: + - * / and ?: work lane-wise), loads/stores that convert from /
@@ -27,7 +29,7 @@ struct OpsF {
   using V = __m256;
   static constexpr int L = 8;
 #else
-  using V = __m128;
+  using V = float __attribute__((vector_size(16)));
   static constexpr int L = 4;
 #endif
   using VI = int32_t __attribute__((vector_size(sizeof(V))));
@@ -48,8 +50,10 @@ struct OpsF {
     return _mm512_fmadd_ps(a, b, c);
 #elif SC_ISA == 1
     return _mm256_fmadd_ps(a, b, c);
+#elif defined(__aarch64__)
+    return V(vfmaq_f32(float32x4_t(c), float32x4_t(a), float32x4_t(b)));  // fused, as AVX2's
 #else
-    return a * b + c;
+    return a * b + c;  // (SSE2 has no FMA; the build never contracts this, see sources.cmake)
 #endif
   }
   static V clamp(V x, float lo, float hi) {  // NaN stays NaN
