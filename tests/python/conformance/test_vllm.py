@@ -148,8 +148,72 @@ def _decode_case(device, B=4, D=16, W=4, S=3, P=9, T=None, dtype=torch.float32, 
             randn(D, device=device, gen=gen))
 
 
+def _spec_ref(x, pool, w, b, act, rows, accepted, pad):
+    """vLLM's speculative step per sequence, in plain torch (float64): the state is the
+    width - 1 entries of the row from accepted - 1; u = state ++ tokens; the row's first
+    E = (width - 1) + (seqlen - 1) entries become u[1:]; padded slots are left alone."""
+    B, D, T = x.shape
+    W = w.shape[1]
+    E = W - 1 + T - 1
+    pool = pool.clone()
+    out = torch.zeros(B, D, T, dtype=torch.float64)
+    for n in range(B):
+        r = int(rows[n])
+        if r == pad or r == -1:
+            continue
+        a = int(accepted[n])
+        u = torch.cat([pool[r, :, a - 1:a - 1 + W - 1].double(), x[n].double()], 1)
+        for t in range(T):
+            v = (u[:, t:t + W] * w.double()).sum(1) + (0 if b is None else b.double())
+            out[n, :, t] = v * torch.sigmoid(v) if act else v
+        pool[r, :, :E] = u[:, 1:].to(pool.dtype)
+    return out, pool
+
+
+@pytest.mark.parametrize("T,W,extra", [(1, 4, 0), (3, 4, 2), (4, 3, 0), (2, 2, 1)])
+def test_update_speculative_matches_vllm(T, W, extra, device):
+    gen = torch.Generator().manual_seed(T * 10 + W)
+    B, D, P = 5, 16, 9
+    S = W - 1 + T - 1 + extra
+    x, pool, w, b = (randn(B, D, T, device=device, gen=gen), randn(P, D, S, device=device, gen=gen),
+                     randn(D, W, device=device, gen=gen), randn(D, device=device, gen=gen))
+    rows = torch.tensor([3, -1, 0, 7, 5], dtype=torch.int32)
+    accepted = torch.tensor([1 + n % T for n in range(B)], dtype=torch.int32)
+    accepted = torch.minimum(accepted, torch.tensor(S - (W - 1) + 1))
+    out_ref, pool_ref = _spec_ref(x.cpu(), pool.cpu(), w.cpu(), b.cpu(), True, rows, accepted, -1)
+    out = vllm.causal_conv1d_update(x, pool, w, b, True, rows.to(device),
+                                    num_accepted_tokens=accepted.to(device))
+    real = [n for n in range(B) if int(rows[n]) >= 0]
+    assert_close(out.cpu()[real], out_ref[real], torch.float32, what="out")
+    assert torch.equal(pool.cpu(), pool_ref)  # the rows are copies: exact
+
+
+def test_update_speculative_one_token_one_accepted_is_the_plain_update(device):
+    x, pool, w, b = _decode_case(device, T=1)
+    pool2 = pool.clone()
+    rows = torch.tensor([0, 1, 2, 3], device=device)
+    y1 = vllm.causal_conv1d_update(x, pool, w, b, True, rows)
+    y2 = vllm.causal_conv1d_update(x, pool2, w, b, True, rows,
+                                   num_accepted_tokens=torch.ones(4, dtype=torch.int32, device=device))
+    assert torch.equal(y1, y2) and torch.equal(pool, pool2)
+
+
+def test_update_speculative_bad_counts_are_errors(device):
+    x, pool, w, b = _decode_case(device, T=2, S=5)
+    with pytest.raises(ValueError, match="num_accepted_tokens"):
+        vllm.causal_conv1d_update(x, pool, w, b, True, torch.tensor([0, 1, 2, 3], device=device),
+                                  num_accepted_tokens=torch.ones(3, dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match="conv_state"):  # rows too short for 2 tokens, W = 4: E = 4
+        vllm.causal_conv1d_update(x, pool.narrow(2, 0, 3), w, b, True,
+                                  torch.tensor([0, 1, 2, 3], device=device),
+                                  num_accepted_tokens=torch.ones(4, dtype=torch.int32, device=device))
+    if device == "cpu":  # a count of 0 reads before the row: an error (asynchronous on the GPU)
+        with pytest.raises(RuntimeError):
+            vllm.causal_conv1d_update(x, pool, w, b, True, torch.tensor([0, 1, 2, 3]),
+                                      num_accepted_tokens=torch.tensor([1, 0, 1, 1], dtype=torch.int32))
+
+
 @pytest.mark.parametrize("name,value", [
-    ("num_accepted_tokens", torch.ones(4, dtype=torch.int32)),
     ("retrieve_parent_token", torch.zeros(4, 2, dtype=torch.int32)),
     ("block_idx_last_scheduled_token", torch.zeros(4, dtype=torch.int32)),
     ("initial_state_idx", torch.zeros(4, dtype=torch.int32))])
