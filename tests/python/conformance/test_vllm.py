@@ -328,3 +328,33 @@ def test_fn_then_update_equal_one_sequence(device):
         whole = vllm_fn_ref(xi.cpu(), w.cpu(), None, torch.zeros(1, D, W - 1, dtype=torch.float64),
                             torch.tensor([0, xi.shape[1]]), None, None, "silu")
         assert rel(torch.cat(outs[i], 1), whole) <= TOL[torch.float64]
+
+
+def test_speculative_steps_equal_replaying_the_accepted_tokens(device):
+    """Engine invariant: a speculative step of T drafts followed by a step that says a_n were
+    accepted gives, bitwise, the outputs of decoding the a_n accepted tokens one by one and
+    then the new step's tokens from the plain state."""
+    gen = torch.Generator().manual_seed(77)
+    B, D, W, T, P = 4, 8, 4, 3, 6
+    E = W - 1 + T - 1
+    w, b = randn(D, W, device=device, gen=gen), randn(D, device=device, gen=gen)
+    start = randn(P, D, W - 1, device=device, gen=gen)
+    rows = torch.tensor([4, 0, 2, 5], dtype=torch.int32, device=device)
+    pool = torch.zeros(P, D, E, device=device)
+    pool[:, :, :W - 1] = start
+    drafts = randn(B, D, T, device=device, gen=gen)
+    vllm.causal_conv1d_update(drafts, pool, w, b, True, rows,
+                              num_accepted_tokens=torch.ones(B, dtype=torch.int32, device=device))
+    accepted = torch.tensor([1, 3, 2, 3], dtype=torch.int32)
+    step2 = randn(B, D, T, device=device, gen=gen)
+    out = vllm.causal_conv1d_update(step2, pool, w, b, True, rows,
+                                    num_accepted_tokens=accepted.to(device))
+    for n in range(B):
+        state = start[int(rows[n])].clone().unsqueeze(0)  # the plain W-1 state of this sequence
+        r = torch.zeros(1, dtype=torch.int32, device=device)
+        for t in range(int(accepted[n])):
+            vllm.causal_conv1d_update(drafts[n:n + 1, :, t], state, w, b, True, r)
+        ref = vllm.causal_conv1d_update(step2[n:n + 1], state, w, b, True, r)
+        assert torch.equal(out[n], ref[0]), n
+        # and the row's state after step 2 is the plain state after those tokens
+        assert torch.equal(pool[int(rows[n]), :, T - 1:T - 1 + W - 1], state[0]), n
