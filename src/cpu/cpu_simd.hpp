@@ -63,18 +63,23 @@ struct OpsF {
   }
   // exp(x) = 2^n * p(r), n = round(x / ln2), r = x - n ln2 (ln2 split in a
   // hi part exact in float and a lo part), p a degree-7 polynomial (Cephes
-  // expf coefficients).  Range: x is clamped to [kExpLo, kExpHi] before the
-  // reduction, so n stays in [-124, 128] and 2^n is a product of normal
-  // floats; above log(FLT_MAX) the result is +inf (silu(z) = z/(1+e^-z) then
+  // expf coefficients).  Range: x is clamped to [kExpLo, kExpInf] before the
+  // reduction, so n stays in [-124, 129].  Past log(FLT_MAX) the result is
+  // +inf without a compare: for n = 128 the product 2p * 2^127 (p >= 1 there)
+  // overflows, and for n = 129 the factor 2^128 is itself +inf (exponent field
+  // 255); AVX-512's scalef overflows the same way (silu(z) = z/(1+e^-z) thus
   // gives -0 for z < -88.7 instead of a clamped, wrong value).  Below kExpLo
   // the result is e^kExpLo, ~4e-38 instead of the true tiny value: callers
   // only ever add it to 1 (sigmoid), where both vanish.  NaN stays NaN
   // (except under AVX-512's min/max, where the caller's own NaN operand
   // carries it).
   static constexpr float kExpLo = -86.0f;
-  static constexpr float kExpHi = 88.72283935546875f;  // log(FLT_MAX), rounded down
+  static constexpr float kExpInf = 89.25f;  // > log(FLT_MAX) = 88.7228..., n = 129
+  // Outside AVX-512 the polynomial is evaluated times 2 (every coefficient
+  // doubled: exact) so that 2^n = 2 * 2^(n-1) costs no extra multiply.
+  static constexpr float kQ = SC_ISA == 2 ? 1.f : 2.f;
   static V exp(V x0) {
-    const V x = clamp(x0, kExpLo, kExpHi);
+    const V x = clamp(x0, kExpLo, kExpInf);
 #if SC_ISA == 2
     const V n = _mm512_roundscale_ps(x * set1(1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 #else
@@ -83,23 +88,22 @@ struct OpsF {
 #endif
     V r = fma(n, set1(-0.693359375f), x);
     r = fma(n, set1(2.12194440e-4f), r);
-    // 1 + r + r^2 (c2 + c3 r + c4 r^2 + c5 r^3 + c6 r^4 + c7 r^5), Estrin's
-    // scheme: a dependency chain of 4 instead of 7 FMAs (the sigmoid is
-    // latency bound: shorter chains let more vectors overlap).
+    // kQ (1 + r + r^2 (c2 + c3 r + c4 r^2 + c5 r^3 + c6 r^4 + c7 r^5)),
+    // Estrin's scheme: a dependency chain of 4 instead of 7 FMAs (the sigmoid
+    // is latency bound: shorter chains let more vectors overlap).
     const V r2 = r * r;
-    const V a = fma(set1(1.6666665459e-1f), r, set1(5.0000001201e-1f));
-    const V b = fma(set1(8.3334519073e-3f), r, set1(4.1665795894e-2f));
-    const V c = fma(set1(1.9875691500e-4f), r, set1(1.3981999507e-3f));
+    const V a = fma(set1(kQ * 1.6666665459e-1f), r, set1(kQ * 5.0000001201e-1f));
+    const V b = fma(set1(kQ * 8.3334519073e-3f), r, set1(kQ * 4.1665795894e-2f));
+    const V c = fma(set1(kQ * 1.9875691500e-4f), r, set1(kQ * 1.3981999507e-3f));
     V q = fma(fma(c, r2, b), r2, a);
-    q = fma(q, r2, r + set1(1.f));
+    q = fma(q, r2, fma(r, set1(kQ), set1(kQ)));
 #if SC_ISA == 2
-    const V e = _mm512_scalef_ps(q, n);  // exact scaling, n = 128 included
+    return _mm512_scalef_ps(q, n);  // exact scaling; +inf past the range
 #else
-    // 2^n = 2 * 2^(n-1): n-1 in [-125, 127] is a normal float's exponent.
+    // q = 2p; 2^(n-1) with n-1 in [-125, 128]: a normal float, or +inf at 128.
     const VI bits = (__builtin_convertvector(n, VI) + 126) << 23;
-    const V e = (q + q) * (V)bits;
+    return q * (V)bits;
 #endif
-    return x0 > set1(kExpHi) ? set1(__builtin_inff()) : e;
   }
 
   // ---- storage conversions: contiguous full vectors ------------------------
