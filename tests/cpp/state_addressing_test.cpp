@@ -4,7 +4,8 @@
 //    run on dense rows holding the same logical state (h0 rotated by c_n),
 //    and its final state is the dense final state rotated by c_n + L_n;
 //  - has_initial_state: a false flag equals a zero initial-state row;
-//  - the pad index equals -1 in both index tensors.
+//  - the pad index equals -1 in both index tensors, and means nothing
+//    without them.
 // Forward and backward outputs are compared bitwise: the logical problems are
 // identical, so only the addressing differs.
 #include <gtest/gtest.h>
@@ -144,6 +145,22 @@ TEST_P(StateAddressing, PadIndexEqualsMinusOne) {
       if (c.h0_index[size_t(n)] == cp.pad_index) c.h0_index[size_t(n)] = -1;
       if (c.ht_index[size_t(n)] == cp.pad_index) c.ht_index[size_t(n)] = -1;
     }
+    const Inputs in = make_inputs(c);
+    const std::string why = same(run(cp, in, GetParam()), run(c, in, GetParam()), true);
+    EXPECT_EQ(why, "") << cp.describe();
+    if (!why.empty()) ++bad;
+  }
+}
+
+// The pad index names entries of index tensors only: without them sequence n
+// keeps row n even when n equals the pad index.
+TEST_P(StateAddressing, PadIndexLeavesRowsWithoutIndicesAlone) {
+  std::mt19937_64 rng(3004);
+  int bad = 0;
+  for (int i = 0; i < 30 && bad < 5; ++i) {
+    const Case c = random_state_case(rng, i);
+    Case cp = c;
+    cp.pad_index = int64_t(rng() % uint64_t(c.num_seqs() + 1));
     const Inputs in = make_inputs(c);
     const std::string why = same(run(cp, in, GetParam()), run(c, in, GetParam()), true);
     EXPECT_EQ(why, "") << cp.describe();
