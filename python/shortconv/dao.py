@@ -29,7 +29,6 @@ initial/final states with either layout of x, ``seq_idx`` together with states (
 then uses state row n, as in ``shortconv.causal_conv1d``).
 """
 
-import inspect
 
 import torch
 
@@ -41,7 +40,6 @@ __all__ = ["causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_varlen_sta
 
 _Tensor = torch.Tensor
 # The core's optional arguments this build has (ring buffers arrived after the rest).
-_UPDATE_ARGS = frozenset(inspect.signature(_F.causal_conv1d_update).parameters)
 
 
 class CausalConv1dError(ShortConvError, RuntimeError):
@@ -150,13 +148,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     if conv_state.dtype != x.dtype:
         raise _error(where, "conv_state: expected x's dtype %s, got %s"
                      % (x.dtype, conv_state.dtype))
-    extra = {}
-    if cache_seqlens is not None:
-        if "cache_seqlens" not in _UPDATE_ARGS:
-            raise NotImplementedError(
-                "%s: cache_seqlens (ring-buffer states) needs shortconv.causal_conv1d_update("
-                "cache_seqlens=...), which this version of shortconv does not have" % where)
-        extra["cache_seqlens"] = cache_seqlens
+    extra = {} if cache_seqlens is None else {"cache_seqlens": cache_seqlens}
     xt = x if x.dim() == 2 else x.transpose(1, 2)  # the core's [batch, dim] / [batch, T, dim]
     try:
         y, _ = _F.causal_conv1d_update(xt, conv_state, weight=weight, bias=bias,

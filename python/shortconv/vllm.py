@@ -34,7 +34,6 @@ NotImplementedError naming them.  ``metadata`` (vLLM's launch-plan cache), ``max
 differentiable (neither is vLLM's).
 """
 
-import inspect
 
 import torch
 
@@ -45,7 +44,6 @@ __all__ = ["causal_conv1d_fn", "causal_conv1d_update", "PAD_SLOT_ID"]
 PAD_SLOT_ID = -1  # vllm.attention.backends.utils.PAD_SLOT_ID
 
 _Tensor = torch.Tensor
-_UPDATE_ARGS = frozenset(inspect.signature(_F.causal_conv1d_update).parameters)
 
 
 def _activation(where, activation):
@@ -87,12 +85,7 @@ def _pad_args(where, indices, pad_slot_id):
     """(indices, extra core kwargs) with pad_slot_id expressed for the core."""
     if indices is None or pad_slot_id is None or pad_slot_id == -1:
         return indices, {}
-    if "pad_slot_id" in _UPDATE_ARGS:
-        return indices, {"pad_slot_id": pad_slot_id}
-    if isinstance(pad_slot_id, bool) or not isinstance(pad_slot_id, int):
-        raise TypeError("%s: pad_slot_id: expected an int, got %s"
-                        % (where, type(pad_slot_id).__name__))
-    return indices.masked_fill(indices == pad_slot_id, -1), {}
+    return indices, {"pad_slot_id": pad_slot_id}
 
 
 def causal_conv1d_fn(x, weight, bias, conv_states, query_start_loc, cache_indices=None,
@@ -125,11 +118,6 @@ def causal_conv1d_fn(x, weight, bias, conv_states, query_start_loc, cache_indice
     _check_tensor(where, "weight", weight, (2,), "(dim, width)")
     _check_tensor(where, "conv_states", conv_states, (3,), "(num_cache_lines, dim, state_len)")
     _check_tensor(where, "query_start_loc", query_start_loc, (1,), "[batch + 1]")
-    if "has_initial_state" not in _UPDATE_ARGS:
-        raise NotImplementedError(
-            "%s: has_initial_state (a zero initial state for some sequences, all when None) needs "
-            "shortconv.causal_conv1d_update(has_initial_state=...), which this version of "
-            "shortconv does not have" % where)
     batch = max(query_start_loc.shape[0] - 1, 0)
     if has_initial_state is None:
         has_initial_state = torch.zeros(batch, dtype=torch.bool, device=x.device)

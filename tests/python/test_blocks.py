@@ -13,8 +13,7 @@ parameters; the ``Conv`` adapters below are the lines a model using each peer's 
     fla     FLA's fused q/k/v path: causal_conv1d(x=..., weight=..., backend=conv.backend, ...)
     direct  shortconv.causal_conv1d / causal_conv1d_update with explicit state_len (reference)
 
-vLLM's ops are inference-only (no backward there); its prefill needs the core's
-has_initial_state (skipped, naming it, until present).
+vLLM's ops are inference-only (no backward there).
 """
 import inspect
 
