@@ -24,4 +24,7 @@ set_source_files_properties(${SHORTCONV_CPU_ISA_SOURCES} PROPERTIES COMPILE_OPTI
 if(SHORTCONV_BUILD_CLI)
   add_executable(shortconv_cpu_bench ${CMAKE_CURRENT_LIST_DIR}/bench/cpu_bench.cpp)
   target_link_libraries(shortconv_cpu_bench PRIVATE shortconv OpenMP::OpenMP_CXX)
+  # Instruction counts under callgrind (one thread, a fixed small problem).
+  add_executable(shortconv_cpu_probe ${CMAKE_CURRENT_LIST_DIR}/bench/cpu_probe.cpp)
+  target_link_libraries(shortconv_cpu_probe PRIVATE shortconv)
 endif()
