@@ -32,7 +32,6 @@ struct OpsF {
   using V = float __attribute__((vector_size(16)));
   static constexpr int L = 4;
 #endif
-  using VI = int32_t __attribute__((vector_size(sizeof(V))));
   using VU = uint32_t __attribute__((vector_size(sizeof(V))));
   using VH = uint16_t __attribute__((vector_size(sizeof(V) / 2)));
 
@@ -56,10 +55,22 @@ struct OpsF {
     return a * b + c;  // (SSE2 has no FMA; the build never contracts this, see sources.cmake)
 #endif
   }
-  static V clamp(V x, float lo, float hi) {  // NaN stays NaN
+  // min(hi, max(lo, x)); NaN stays NaN.  x86's max(a, b) and min(a, b)
+  // return b when either is NaN, so max(l, x) is exactly `x < l ? l : x`;
+  // GCC does not emit them for the ternaries (it emits a compare and a
+  // blend for each), hence the intrinsics.
+  static V clamp(V x, float lo, float hi) {
     const V l = set1(lo), h = set1(hi);
+#if SC_ISA == 2
+    return _mm512_min_ps(h, _mm512_max_ps(l, x));
+#elif SC_ISA == 1
+    return _mm256_min_ps(h, _mm256_max_ps(l, x));
+#elif SC_X86
+    return V(_mm_min_ps(__m128(h), _mm_max_ps(__m128(l), __m128(x))));
+#else
     x = x < l ? l : x;
     return x > h ? h : x;
+#endif
   }
   // exp(x) = 2^n * p(r), n = round(x / ln2), r = x - n ln2 (ln2 split in a
   // hi part exact in float and a lo part), p a degree-7 polynomial (Cephes
@@ -83,8 +94,11 @@ struct OpsF {
 #if SC_ISA == 2
     const V n = _mm512_roundscale_ps(x * set1(1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 #else
-    const V magic = set1(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-    const V n = fma(x, set1(1.44269504088896341f), magic) - magic;
+    // k = n + 1.5 * 2^23 exactly (adding the magic rounds to an integer), so
+    // k's low mantissa bits hold n in two's complement: no conversion needed
+    // for 2^(n-1) below.
+    const V k = fma(x, set1(1.44269504088896341f), set1(kMagic));
+    const V n = k - set1(kMagic);
 #endif
     V r = fma(n, set1(-0.693359375f), x);
     r = fma(n, set1(2.12194440e-4f), r);
@@ -101,10 +115,18 @@ struct OpsF {
     return _mm512_scalef_ps(q, n);  // exact scaling; +inf past the range
 #else
     // q = 2p; 2^(n-1) with n-1 in [-125, 128]: a normal float, or +inf at 128.
-    const VI bits = (__builtin_convertvector(n, VI) + 126) << 23;
-    return q * (V)bits;
+    return q * pow2_nm1(k);
 #endif
   }
+  // 1.5 * 2^23: x + kMagic rounds x (|x| < 2^22) to an integer n, and the sum
+  // is exactly 1.5 * 2^23 + n.
+  static constexpr float kMagic = 12582912.0f;
+  // 2^(n-1) from k = kMagic + n, n in [-124, 129]: the exponent field is
+  // n - 1 + 127 = n + 126 in [2, 255] (255: +inf).  k's bits are
+  // 0x4B400000 + n; adding 126 and shifting left by 23 leaves exactly
+  // (n + 126) << 23, since every bit of 0x4B400000 + n + 126 above bit 8
+  // shifts out (unsigned, so the overflow is defined).
+  static V pow2_nm1(V k) { return (V)(((VU)k + 126u) << 23); }
 
   // ---- storage conversions: contiguous full vectors ------------------------
   static V load_x(const float* p) { return load(p); }
