@@ -37,13 +37,21 @@
 
 // Prefetch the element kPrefetchRows rows ahead in the same column: a tile
 // row is only tile_d channels wide, and with row strides of >= 4 KiB every
-// row starts a new page, where the hardware prefetchers stop.
+// row starts a new page, where the hardware prefetchers stop.  Ahead() is
+// the row kPrefetchRows below `row` (an address only: it may lie past the
+// tensor, prefetches never fault), computed once per row so that the vector
+// loop holds one pointer per stream.
 constexpr int64_t kPrefetchRows = 6;
 template <class XT>
-inline void prefetch(const XT* p, int64_t row_stride, int write) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p) + uintptr_t(kPrefetchRows * row_stride) * sizeof(XT);
-  if (write) __builtin_prefetch(reinterpret_cast<const void*>(a), 1, 3);
-  else __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 3);
+inline const char* ahead(const XT* row, int64_t row_stride) {
+  return reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(row) +
+                                       uintptr_t(kPrefetchRows * row_stride) * sizeof(XT));
+}
+template <class XT>
+inline void prefetch(const char* ahead_row, int64_t j, int write) {
+  const char* a = ahead_row + uintptr_t(j) * sizeof(XT);
+  if (write) __builtin_prefetch(a, 1, 3);
+  else __builtin_prefetch(a, 0, 3);
 }
 
 // ring slot + k, modulo W (slot < W, k < W)
@@ -118,9 +126,8 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
     const XT* xr = x_ + t * xst;
     XT* yr = y_ + t * yst;
     const XT* rr = res_ ? res_ + t * rst : nullptr;
-    const bool pf = t + kPrefetchRows < te;
     // one vector: v-th of the tile, channels j..j+nl
-    auto vec = [&](int64_t j, int nl, const A* wv, A* rv, auto full) {
+    auto vec = [&](int64_t j, int nl, const A* wv, A* rv, auto full, auto res) {
       V xv;
       if constexpr (decltype(full)::value) {
         xv = O::load_x(xr + j);
@@ -134,7 +141,7 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
       O::store(rv + cur * L, xv);
       V out = Act::template value<O>(acc);
       if constexpr (decltype(full)::value) {
-        if (rr) out = out + O::load_x(rr + j);
+        if constexpr (decltype(res)::value) out = out + O::load_x(rr + j);
         O::store_x(yr + j, out);
       } else {
         if (rr) out = out + load_lanes<O>(rr + j * rsd, rsd, nl);
@@ -144,15 +151,21 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
     const A* wv = wb;
     A* rv = ring;
     int64_t j = 0;
-    for (; j < nfull; j += L, wv += (W + 1) * L, rv += W * L) {
-      if (pf) {
-        prefetch(xr + j, xst, 0);
-        prefetch(yr + j, yst, 1);
+    // The full vectors, with the residual's presence a constant of the loop.
+    // Prefetches past the piece's last row are harmless (they never fault)
+    // and mostly useful: the next chunk's rows.
+    auto full_vectors = [&](auto res) {
+      const char *xa = ahead(xr, xst), *ya = ahead(yr, yst);
+      for (const int64_t jn = nfull; j < jn; j += L, wv += (W + 1) * L, rv += W * L) {
+        prefetch<XT>(xa, j, 0);
+        prefetch<XT>(ya, j, 1);
+        vec(j, L, wv, rv, std::true_type{}, res);
       }
-      vec(j, L, wv, rv, std::true_type{});
-    }
+    };
+    if (rr) full_vectors(std::true_type{});
+    else full_vectors(std::false_type{});
     for (; j < nd; j += L, wv += (W + 1) * L, rv += W * L)
-      vec(j, int(std::min<int64_t>(L, nd - j)), wv, rv, std::false_type{});
+      vec(j, int(std::min<int64_t>(L, nd - j)), wv, rv, std::false_type{}, std::false_type{});
   });
 }
 
@@ -296,15 +309,17 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
     XT* dxr = dx_ && t_out >= tb ? dx_ + t_out * dxst : nullptr;
     const bool dht_row = has_dht && S + t_out >= Ln;
     A* pw = part && r < te ? part : nullptr;      // dweight/dbias of rows in the piece
-    const bool pf = r + kPrefetchRows < rend;
-    auto vec = [&](int64_t j, int nl, const A* wv, A* rv, A* pv, auto full) {
-      constexpr bool F = decltype(full)::value;
+    // One vector.  HOT: a row of the piece's interior with everything the
+    // common call has (dy, partials, a dx row, no dht term): the checks
+    // below are then constants, out of the loop.
+    auto vec = [&](int64_t j, int nl, const A* wv, A* rv, A* pv, auto full, auto hot) {
+      constexpr bool F = decltype(full)::value, HOT = decltype(hot)::value;
       V xv;
       if constexpr (F) xv = O::load_x(xr + j); else xv = load_lanes<O>(xr + j * xsd, xsd, nl);
       const Window<O, WT> win(wv, rv, base, W, xv);
       O::store(rv + cur * L, xv);
       V dp = O::zero();
-      if (gr) {
+      if (HOT || gr) {
         V acc = O::load(wv + W * L);  // bias
         for (int k = 0; k < W; ++k) acc = O::fma(win.wk(k), win.uk(k), acc);
         V gy;
@@ -313,15 +328,15 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
       }
       A* gv = rv + W * L;  // dpre slots
       O::store(gv + cur * L, dp);
-      if (pv && gr) {  // [W+1][L]: dweight taps, then dbias (no dy: no terms)
+      if (HOT || (pv && gr)) {  // [W+1][L]: dweight taps, then dbias (no dy: no terms)
         for (int k = 0; k < W; ++k) O::store(pv + k * L, O::fma(dp, win.uk(k), O::load(pv + k * L)));
         O::store(pv + W * L, O::load(pv + W * L) + dp);
       }
-      if (dxr) {  // every dpre row r-k of the gather exists (r < rend <= Ln); k = 0 is this row
+      if (HOT || dxr) {  // every dpre row r-k of the gather exists (r < rend <= Ln); k = 0 is this row
         auto wk = [&](int k) { return win.wk(k); };
         auto dpre = [&](int k) { return k == 0 ? dp : O::load(gv + ring_slot(base, W - 1 - k, W) * L); };
-        V acc = gather_dx<O>(W, 0, gr != nullptr, wk, dpre);
-        if (dht_row) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t_out - Ln, nl);
+        V acc = gather_dx<O>(W, 0, HOT || gr != nullptr, wk, dpre);
+        if (!HOT && dht_row) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t_out - Ln, nl);
         if constexpr (F) O::store_x(dxr + j, acc); else store_lanes<O>(dxr + j * dxsd, dxsd, nl, acc);
       }
     };
@@ -330,16 +345,21 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
     A* pv = pw;
     const int64_t pstep = pw ? (W + 1) * L : 0;
     int64_t j = 0;
-    for (; j < nfull; j += L, wv += (W + 1) * L, rv += RW * L, pv += pstep) {
-      if (pf) {
-        prefetch(xr + j, xst, 0);
-        if (gr) prefetch(gr + j, gst, 0);
-        if (dxr) prefetch(dxr + j, dxst, 1);
+    // Prefetches past the piece's rows are harmless (they never fault).
+    auto full_vectors = [&](auto hot) {
+      constexpr bool HOT = decltype(hot)::value;
+      const char *xa = ahead(xr, xst), *ga = ahead(gr, gst), *dxa = ahead(dxr, dxst);
+      for (const int64_t jn = nfull; j < jn; j += L, wv += (W + 1) * L, rv += RW * L, pv += pstep) {
+        prefetch<XT>(xa, j, 0);
+        if (HOT || gr) prefetch<XT>(ga, j, 0);
+        if (HOT || dxr) prefetch<XT>(dxa, j, 1);
+        vec(j, L, wv, rv, pv, std::true_type{}, hot);
       }
-      vec(j, L, wv, rv, pv, std::true_type{});
-    }
+    };
+    if (gr && pw && dxr && !dht_row) full_vectors(std::true_type{});
+    else full_vectors(std::false_type{});
     for (; j < nd; j += L, wv += (W + 1) * L, rv += RW * L, pv += pstep)
-      vec(j, int(std::min<int64_t>(L, nd - j)), wv, rv, pv, std::false_type{});
+      vec(j, int(std::min<int64_t>(L, nd - j)), wv, rv, pv, std::false_type{}, std::false_type{});
     if (want_dh0 && r == nh - 1) bwd_store_dh0<O, WT>(p, n, Ln, nh, d0, nd, wb, ring);
   });
   if (dx_) bwd_dx_tail<O, WT>(p, n, tb, te, Ln, rend, d0, nd, wb, ring, dx_);
@@ -394,19 +414,22 @@ void bwd_tile(const Ctx& c, int64_t tile) {
 
 // The kernel table of the ISA namespace it is expanded in: every (dtype slot,
 // activation of core/activation.hpp's list, W class) gets its tile kernels.
-template <class O, class XT, class Act>
+// OF: the forward's ops and math, OB: the backward's (the same vectors; a
+// 16-bit output may use a cheaper exp in the forward, cpu_simd.hpp).
+template <class OF, class OB, class XT, class Act>
 constexpr void fill_row(Kernels& k, int slot) {
+  static_assert(OF::L == OB::L, "one vector width per dtype slot");
   constexpr int a = int(Act::kId);
-  k.fwd[slot][a][0] = &fwd_tile<O, 0, XT, Act>;
-  k.fwd[slot][a][1] = &fwd_tile<O, 1, XT, Act>;
-  k.fwd[slot][a][2] = &fwd_tile<O, 2, XT, Act>;
-  k.fwd[slot][a][3] = &fwd_tile<O, 3, XT, Act>;
-  k.fwd[slot][a][4] = &fwd_tile<O, 4, XT, Act>;
-  k.bwd[slot][a][0] = &bwd_tile<O, 0, XT, Act>;
-  k.bwd[slot][a][1] = &bwd_tile<O, 1, XT, Act>;
-  k.bwd[slot][a][2] = &bwd_tile<O, 2, XT, Act>;
-  k.bwd[slot][a][3] = &bwd_tile<O, 3, XT, Act>;
-  k.bwd[slot][a][4] = &bwd_tile<O, 4, XT, Act>;
+  k.fwd[slot][a][0] = &fwd_tile<OF, 0, XT, Act>;
+  k.fwd[slot][a][1] = &fwd_tile<OF, 1, XT, Act>;
+  k.fwd[slot][a][2] = &fwd_tile<OF, 2, XT, Act>;
+  k.fwd[slot][a][3] = &fwd_tile<OF, 3, XT, Act>;
+  k.fwd[slot][a][4] = &fwd_tile<OF, 4, XT, Act>;
+  k.bwd[slot][a][0] = &bwd_tile<OB, 0, XT, Act>;
+  k.bwd[slot][a][1] = &bwd_tile<OB, 1, XT, Act>;
+  k.bwd[slot][a][2] = &bwd_tile<OB, 2, XT, Act>;
+  k.bwd[slot][a][3] = &bwd_tile<OB, 3, XT, Act>;
+  k.bwd[slot][a][4] = &bwd_tile<OB, 4, XT, Act>;
 }
 template <class... Act>
 constexpr Kernels make_table(const char* name, ActList<Act...>) {
@@ -415,10 +438,10 @@ constexpr Kernels make_table(const char* name, ActList<Act...>) {
   k.isa = name;
   k.lanes[0] = k.lanes[1] = k.lanes[2] = OpsF::L;
   k.lanes[3] = OpsD::L;
-  (fill_row<OpsF, float, Act>(k, 0), ...);
-  (fill_row<OpsF, f16_t, Act>(k, 1), ...);
-  (fill_row<OpsF, bf16_t, Act>(k, 2), ...);
-  (fill_row<OpsD, double, Act>(k, 3), ...);
+  (fill_row<OpsF, OpsF, float, Act>(k, 0), ...);
+  (fill_row<OpsFNarrow<4>, OpsF, f16_t, Act>(k, 1), ...);
+  (fill_row<OpsFNarrow<3>, OpsF, bf16_t, Act>(k, 2), ...);
+  (fill_row<OpsD, OpsD, double, Act>(k, 3), ...);
   return k;
 }
 #ifndef SC_TABLE

@@ -186,6 +186,62 @@ struct OpsF {
   }
 };
 
+// fp32 accumulation with a cheaper exp for a 16-bit OUTPUT: the forward of
+// bf16 (kDeg 3) and fp16 (kDeg 4) activations, whose y is rounded to 8 or 11
+// significant bits.  The backward keeps OpsF's exp: its dpre feeds fp32
+// accumulations (dweight, dbias, dinitial_state) that may be fp32 outputs.
+//
+// e^x = 2^n 2^f, n = rint(x log2e), f = x log2e - n (one fma), 2^f a
+// degree-kDeg polynomial (minimax relative error on [-1/2, 1/2], fitted for
+// these float coefficients).  Instead of OpsF's ~19 operations: 3 + kDeg
+// fewer (no two-part ln2 reduction, a shorter polynomial, Horner).
+//
+// Error bound of SiLU's y = z / (1 + e^-z) before rounding, e = e^x, x = -z:
+//   polynomial                 7.49e-5 (kDeg 3), 2.69e-6 (kDeg 4)  (fit, in float)
+//   f's argument error         |x| |log2e - fl(log2e)| <= 89.25 * 1.93e-8
+//                              = 1.73e-6 in f, 1.2e-6 relative in 2^f
+//   rounding of f and Horner   <= 4e-7 (each fma rounds once; the sum of
+//                              |c_i f^i| is at most twice p(f) on the interval)
+//   scaling by 2^n             exact (powers of two, normal results: n >= -124)
+//   so |e~/e - 1| <= 7.7e-5 (kDeg 3) resp. 4.3e-6 (kDeg 4).  1 + e moves
+//   by at most e/(1+e) < 1 times that, relatively, and the add and the
+//   division round once each (2^-24): |y~/y - 1| <= 7.8e-5 < 2^-13.6
+//   resp. 4.5e-6 < 2^-17.7.
+// bf16 rounds at a relative half-ulp of at least 2^-9, fp16 at least 2^-12,
+// so the stored y is the correctly rounded value or its neighbour: within
+// one ulp (tested over every bf16 and fp16 input, activation_test.cpp).
+// The ends of the range are OpsF's: x clamped to [kExpLo, kExpInf], +inf
+// past log(FLT_MAX) (so silu(-inf) = -inf / inf = NaN, silu(-1e30) = -0),
+// e^kExpLo (~4e-38, invisible next to 1) below; a NaN z stays NaN in z / d.
+template <int kDeg>
+struct OpsFNarrow : OpsF {
+  static_assert(kDeg == 3 || kDeg == 4, "fitted degrees");
+  static V exp(V x0) {
+    const V x = clamp(x0, kExpLo, kExpInf), log2e = set1(1.44269504088896341f);
+#if SC_ISA == 2
+    const V n = _mm512_roundscale_ps(x * log2e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else
+    const V k = fma(x, log2e, set1(kMagic));
+    const V n = k - set1(kMagic);
+#endif
+    const V f = fma(x, log2e, -n);  // |f| <= 1/2 (+ the argument error)
+    V q;
+    if constexpr (kDeg == 3) {
+      q = fma(fma(fma(set1(kQ * 5.5171646178e-02f), f, set1(kQ * 2.4261109531e-01f)), f,
+                  set1(kQ * 6.9326096773e-01f)), f, set1(kQ * 9.9992805719e-01f));
+    } else {
+      q = fma(fma(fma(fma(set1(kQ * 9.5700994134e-03f), f, set1(kQ * 5.5917859077e-02f)), f,
+                      set1(kQ * 2.4024744332e-01f)), f, set1(kQ * 6.9312179089e-01f)), f,
+              set1(kQ * 9.9999928474e-01f));
+    }
+#if SC_ISA == 2
+    return _mm512_scalef_ps(q, n);
+#else
+    return q * pow2_nm1(k);  // q = 2p (kQ = 2): 2^n p = 2^(n-1) q
+#endif
+  }
+};
+
 // fp64 accumulation for f64 activations (the gradcheck path): exact libm exp.
 struct OpsD {
   using A = double;
