@@ -255,7 +255,15 @@ struct OpsD {
   static V tanh(V h) { return h; }
   static V load(const double* p) { V v; std::memcpy(&v, p, sizeof v); return v; }
   static void store(double* p, V v) { std::memcpy(p, &v, sizeof v); }
-  static V fma(V a, V b, V c) { return a * b + c; }
+  static V fma(V a, V b, V c) {  // fused where OpsF::fma is
+#if SC_ISA >= 1
+    return V(_mm_fmadd_pd(__m128d(a), __m128d(b), __m128d(c)));
+#elif defined(__aarch64__)
+    return V(vfmaq_f64(float64x2_t(c), float64x2_t(a), float64x2_t(b)));
+#else
+    return a * b + c;
+#endif
+  }
   static V exp(V x) {
     for (int i = 0; i < L; ++i) x[i] = std::exp(x[i]);
     return x;

@@ -9,13 +9,13 @@ file(GLOB SHORTCONV_CPU_ISA_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/
 # and are defined outside the units' target regions; they are always inlined,
 # so no call crosses the ABI the warning is about.
 set(SHORTCONV_CPU_ISA_OPTIONS -Wno-maybe-uninitialized -Wno-uninitialized -Wno-psabi)
-# Outside x86 the compiler would fuse a*b+c where it sees fit (GCC's default
-# -ffp-contract=fast), differently in differently inlined copies of a kernel:
-# results must not depend on the tiling (docs/semantics.md section 6), so
-# fusion happens only where the code asks for it (OpsF::fma).
-if(NOT CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64|i.86")
-  target_compile_options(shortconv PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>)
-endif()
+# GCC's default -ffp-contract=fast would fuse a*b+c where it sees fit,
+# differently in differently inlined copies of a kernel (x86: inside the
+# units' FMA target regions): results must not depend on the tiling or on
+# which kernel family (channel- or time-vectorised) computes an element
+# (docs/semantics.md section 6), so fusion happens only where the code asks
+# for it (OpsF::fma, OpsD::fma).
+target_compile_options(shortconv PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>)
 if(SHORTCONV_SANITIZE)
   list(APPEND SHORTCONV_CPU_ISA_OPTIONS -O1)
 endif()
