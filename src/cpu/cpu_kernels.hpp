@@ -365,7 +365,10 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
   if (dx_) bwd_dx_tail<O, WT>(p, n, tb, te, Ln, rend, d0, nd, wb, ring, dx_);
 }
 
-// Rings of a tile: on the stack when they fit, else the tile's workspace slot.
+#include "cpu/cpu_kernels_time.hpp"
+
+// Rings (or the time-vectorised kernels' staging buffers) of a tile: on the
+// stack when they fit, else the tile's workspace slot.
 template <class A>
 struct Rings {
   alignas(64) A stack[Tiling::kStackRingBytes / sizeof(A)];
@@ -387,8 +390,10 @@ void fwd_tile(const Ctx& c, int64_t tile) {
   const int64_t d0 = dt * pl.tile_d, d1 = std::min(d0 + pl.tile_d, p.D);
   Rings<typename O::A> rings;
   typename O::A* ring = rings.get(c, tile);
+  const bool tv = time_vectorised(p);
   for_each_piece(p, pl, chunk, [&](int64_t n, int64_t tb, int64_t te, int64_t) {
-    fwd_piece<O, WT, XT, Act>(c, n, tb, te, d0, d1, ring);
+    if (tv) fwd_piece_time<O, WT, XT, Act>(c, n, tb, te, d0, d1, ring);
+    else fwd_piece<O, WT, XT, Act>(c, n, tb, te, d0, d1, ring);
   });
 }
 
@@ -407,8 +412,10 @@ void bwd_tile(const Ctx& c, int64_t tile) {
   }
   Rings<A> rings;
   A* ring = rings.get(c, tile);
+  const bool tv = time_vectorised(p);
   for_each_piece(p, pl, chunk, [&](int64_t n, int64_t tb, int64_t te, int64_t Ln) {
-    bwd_piece<O, WT, XT, Act>(c, n, tb, te, Ln, d0, d1, part, ring);
+    if (tv) bwd_piece_time<O, WT, XT, Act>(c, n, tb, te, Ln, d0, d1, part, ring);
+    else bwd_piece<O, WT, XT, Act>(c, n, tb, te, Ln, d0, d1, part, ring);
   });
 }
 

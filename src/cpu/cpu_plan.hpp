@@ -104,7 +104,11 @@ inline Plan make_plan(const Problem& p) {
   const Count tiles = Count(pl.n_chunks) * pl.n_dtiles;
   pl.n_tiles = tiles.value();
   const int rings = p.dir == Dir::fwd ? 1 : 2;  // x window (+ dpre window)
-  const Count ring = Count(rings) * W * pl.tile_d;
+  // ... or the time-vectorised kernels' staging buffers, whichever is larger
+  // (the same size for every layout; time_buffer_elems in cpu_kernels_time.hpp)
+  const Count ring_cv = Count(rings) * W * pl.tile_d;
+  const Count ring_tv = Count(2) * Tiling::kAutoTileT + Count(3) * (W - 1) + 4 * Tiling::kLane;
+  const Count ring = ring_cv.value() >= ring_tv.value() ? ring_cv : ring_tv;  // (value() saturates)
   pl.ring_elems = ring.value();
   pl.ws_scratch = (ring * int64_t(pl.acc)).value() > int64_t(Tiling::kStackRingBytes);
   const bool wanted = p.dir == Dir::fwd ? bool(p.y) : (p.dx || p.dh0 || p.dweight || p.dbias);
