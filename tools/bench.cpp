@@ -94,7 +94,7 @@ void usage(FILE* f) {
                "\n"
                "default shapes (B x T x D):\n"
                "  cpu:  dense 4x4096x2048; packed 1x16384x2048 in 16 sequences with initial and\n"
-               "        final states; long 1x32768x1024\n"
+               "        final states; long 1x32768x1024; the dense shape channel-major\n"
                "  cuda: dense 8x4096x4096; packed 1x32768x8192 in 16 sequences with states;\n"
                "        long 1x65536x4096; small 1x2048x2048; and on the dense shape\n"
                "        channel-major, W=8 and fp32\n"
@@ -324,6 +324,8 @@ std::vector<Shape> default_shapes(const Options& opt, bool device, int W, Layout
     add("dense 4x4096x2048", 4, 4096, 2048, 0, false, Layout::token_major, W, dtypes);
     add("packed 1x16384x2048 /16 +states", 1, 16384, 2048, 16, true, Layout::token_major, W, dtypes);
     add("long 1x32768x1024", 1, 32768, 1024, 0, false, Layout::token_major, W, dtypes);
+    if (!opt.has("--layout"))
+      add("dense 4x4096x2048 chan-major", 4, 4096, 2048, 0, false, Layout::channel_major, W, dtypes);
   }
   return shapes;
 }

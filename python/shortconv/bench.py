@@ -60,6 +60,8 @@ def default_shapes(device, W):
         Shape("packed 1x16384x2048 /16 +states", 1, 16384, 2048, seqs=16, states=True, W=W,
               dtypes=("bf16", "fp32")),
         Shape("long 1x32768x1024", 1, 32768, 1024, W=W, dtypes=("bf16", "fp32")),
+        Shape("dense 4x4096x2048 chan-major", 4, 4096, 2048, layout="channel", W=W,
+              dtypes=("bf16", "fp32")),
     ]
 
 
