@@ -387,6 +387,9 @@ TEST(Cpu, OptionalAndBroadcastInputs) {
 
 // Every ISA the machine supports (SHORTCONV_CPU_ISA lowers the choice).
 TEST(Cpu, EveryIsa) {
+  // restored afterwards: scripts/cpu_isa_bench.sh runs the suite under each ISA
+  const char* outer = std::getenv("SHORTCONV_CPU_ISA");
+  const std::string saved = outer ? outer : "";
   for (const char* isa : {"v128", "avx2", "avx512"}) {  // (x86 names: lower or absent elsewhere)
     setenv("SHORTCONV_CPU_ISA", isa, 1);
     int i = 0;
@@ -403,8 +406,9 @@ TEST(Cpu, EveryIsa) {
         ++i;
       }
     }
-    unsetenv("SHORTCONV_CPU_ISA");
   }
+  if (outer) setenv("SHORTCONV_CPU_ISA", saved.c_str(), 1);
+  else unsetenv("SHORTCONV_CPU_ISA");
 }
 
 // Backward bitwise identical across thread counts and runs.
