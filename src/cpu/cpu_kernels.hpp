@@ -33,7 +33,11 @@
 //   part [tile_d/L][W+1][L]  backward partial dweight taps, then dbias
 // The slot of time position q is (q - tb + W - 1) mod W.  WT > 0 fixes W at
 // compile time (W <= 4) and the rows are unrolled in groups of W, so every
-// slot offset is a constant.  Sums over k are always taken in increasing k.
+// slot offset is a constant.  Sums over taps have one order on every path:
+// the forward's bias first, then k increasing (oldest input first); dx and
+// dh0 from zero, k decreasing (oldest dpre row first: the row being computed
+// is then the last term, so its long chain -- exp, division -- joins only the
+// final fma).
 
 // Prefetch the element kPrefetchRows rows ahead in the same column: a tile
 // row is only tile_d channels wide, and with row strides of >= 4 KiB every
@@ -201,7 +205,8 @@ struct Window {
 };
 
 // The GATHER of the header for one channel vector of dx[r-(W-1)]:
-//   sum over the taps k in [k0, W) of w(k) * dpre(k),  dpre(k) = dpre[r-k].
+//   sum over the taps k in [k0, W) of w(k) * dpre(k),  dpre(k) = dpre[r-k],
+//   k decreasing.
 // Terms outside the sum are never formed: the caller starts at k0 > 0 where
 // rows r-k lie past the sequence end (a NaN / inf weight must not meet a zero
 // that is not there), and without dy there are no dpre terms at all
@@ -210,7 +215,7 @@ struct Window {
 template <class O, class WK, class GK>
 inline typename O::V gather_dx(int W, int k0, bool has_dy, WK&& w, GK&& dpre) {
   typename O::V acc = O::zero();
-  for (int k = k0; k < W && has_dy; ++k) acc = O::fma(w(k), dpre(k), acc);
+  for (int k = W - 1; k >= k0 && has_dy; --k) acc = O::fma(w(k), dpre(k), acc);
   return acc;
 }
 
@@ -230,7 +235,7 @@ void bwd_store_dh0(const Problem& p, int64_t n, int64_t Ln, int64_t nh, int64_t 
     const auto* gv = ring + (v * 2 * W + W) * L;
     for (int jj = 0; jj < S; ++jj) {
       V acc = O::zero();
-      for (int k = 0; k < W && has_dy; ++k) {
+      for (int k = W - 1; k >= 0 && has_dy; --k) {  // oldest dpre row first
         const int64_t t = int64_t(jj) - off - k;
         if (t >= 0 && t < nh)
           acc = O::fma(O::load(wv + k * L), O::load(gv + ring_slot(int(t), W - 1, W) * L), acc);

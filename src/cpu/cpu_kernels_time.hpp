@@ -8,7 +8,8 @@
 // channels T elements apart, one cache line each).  Each output element is
 // computed by exactly the lane operations of the channel-vectorised kernels
 // (bias first, taps in increasing k with O::fma, the same activation math,
-// dx from zero over the same taps, dht and dh0 terms added the same way), so
+// dx and dh0 from zero over the same taps in decreasing k, dht terms added
+// the same way), so
 // y, dx and dh0 are bitwise those of the token-major layout; dweight and
 // dbias are summed in another order (lanes of time, then across lanes), so
 // they agree to rounding, and are deterministic like everything else.
@@ -192,7 +193,7 @@ void dh0_time(const Problem& p, int64_t n, int64_t Ln, int64_t nh, int64_t d, co
   const int W = WT ? WT : p.W, S = p.S, off = S - (W - 1);
   for (int jj = 0; jj < S; ++jj) {
     V acc = O::zero();
-    for (int k = 0; k < W && p.dy; ++k) {
+    for (int k = W - 1; k >= 0 && p.dy; --k) {
       const int64_t t = int64_t(jj) - off - k;
       if (t >= 0 && t < nh) acc = O::fma(w(k), O::set1(gs[t]), acc);
     }
@@ -216,13 +217,13 @@ void dx_time(const Problem& p, int64_t n, int64_t t0, int64_t rows, int64_t Ln, 
   const int64_t nfast = std::clamp<int64_t>(last_fast - t0, 0, rows);
   for_vectors<L>(nfast, st == 1, [&](int64_t i, int nl, auto full) {
     V acc = O::zero();
-    for (int k = 0; k < W && has_dy; ++k) acc = O::fma(w(k), O::load(gs + i + W - 1 - k), acc);
+    for (int k = W - 1; k >= 0 && has_dy; --k) acc = O::fma(w(k), O::load(gs + i + W - 1 - k), acc);
     store_time<O>(dx + (t0 + i) * st, st, nl, acc, full);
   });
   for (int64_t i = nfast; i < rows; ++i) {
     const int64_t t = t0 + i;
     V acc = O::zero();
-    for (int k = int(std::max<int64_t>(0, t + W - Ln)); k < W && has_dy; ++k)
+    for (int k = W - 1; k >= std::max<int64_t>(0, t + W - Ln) && has_dy; --k)
       acc = O::fma(w(k), O::set1(gs[i + W - 1 - k]), acc);
     if (p.dht && S + t >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d, S + t - Ln, 1);
     store_lanes<O>(dx + t * st, st, 1, acc);

@@ -135,8 +135,14 @@ struct OpsF {
     return _mm512_castsi512_ps(_mm512_slli_epi32(
         _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
 #elif SC_ISA == 1
-    return _mm256_castsi256_ps(_mm256_slli_epi32(
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+    // the 8 values in both 128-bit halves (a load, no shuffle), then each
+    // moved into the high half of its 32-bit lane with zeros below: one
+    // shuffle instead of a widening shuffle and a shift (on Zen, shuffles and
+    // shifts share two of the four vector pipes)
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_shuffle_epi8(
+        b, _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7, -1, -1, 8, 9, -1, -1,
+                            10, 11, -1, -1, 12, 13, -1, -1, 14, 15)));
 #else
     VH h;
     std::memcpy(&h, p, sizeof h);
@@ -163,6 +169,20 @@ struct OpsF {
     const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+#elif SC_ISA == 1
+    // as below, the result in the high half of each 32-bit lane (a NaN gets
+    // the quiet bit, 0x00400000, the bf16 0x40), which one byte shuffle and
+    // one quadword permute gather: fewer shifts and shuffles than the
+    // generic narrowing (shift, mask, pack, permute)
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
+    r = _mm256_shuffle_epi8(r, _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1));
+    const __m256i h = _mm256_permute4x64_epi64(r, 0x08);  // quadwords 0 and 2
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(h));
 #else
     const VU u = (VU)v;
     VU r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
@@ -193,15 +213,16 @@ struct OpsF {
 //
 // e^x = 2^n 2^f, n = rint(x log2e), f = x log2e - n (one fma), 2^f a
 // degree-kDeg polynomial (minimax relative error on [-1/2, 1/2], fitted for
-// these float coefficients).  Instead of OpsF's ~19 operations: 3 + kDeg
-// fewer (no two-part ln2 reduction, a shorter polynomial, Horner).
+// these float coefficients).  Instead of OpsF's 17 operations, 12 (kDeg 3)
+// or 13 (kDeg 4): no two-part ln2 reduction, a shorter polynomial.
 //
 // Error bound of SiLU's y = z / (1 + e^-z) before rounding, e = e^x, x = -z:
 //   polynomial                 7.49e-5 (kDeg 3), 2.69e-6 (kDeg 4)  (fit, in float)
 //   f's argument error         |x| |log2e - fl(log2e)| <= 89.25 * 1.93e-8
 //                              = 1.73e-6 in f, 1.2e-6 relative in 2^f
-//   rounding of f and Horner   <= 4e-7 (each fma rounds once; the sum of
-//                              |c_i f^i| is at most twice p(f) on the interval)
+//   rounding of f and of p     <= 4e-7 (each operation rounds once; the
+//                              terms past c0 + c1 f are small next to
+//                              p(f) >= 0.7 on the interval)
 //   scaling by 2^n             exact (powers of two, normal results: n >= -124)
 //   so |e~/e - 1| <= 7.7e-5 (kDeg 3) resp. 4.3e-6 (kDeg 4).  1 + e moves
 //   by at most e/(1+e) < 1 times that, relatively, and the add and the
@@ -225,14 +246,18 @@ struct OpsFNarrow : OpsF {
     const V n = k - set1(kMagic);
 #endif
     const V f = fma(x, log2e, -n);  // |f| <= 1/2 (+ the argument error)
+    // Estrin's scheme (one multiply more than Horner, a dependency chain of
+    // 3 operations instead of kDeg: the loops are bound by how many vectors
+    // are in flight, and every vector waits for its whole chain).
+    const V f2 = f * f;
     V q;
     if constexpr (kDeg == 3) {
-      q = fma(fma(fma(set1(kQ * 5.5171646178e-02f), f, set1(kQ * 2.4261109531e-01f)), f,
-                  set1(kQ * 6.9326096773e-01f)), f, set1(kQ * 9.9992805719e-01f));
+      q = fma(fma(set1(kQ * 5.5171646178e-02f), f, set1(kQ * 2.4261109531e-01f)), f2,
+              fma(set1(kQ * 6.9326096773e-01f), f, set1(kQ * 9.9992805719e-01f)));
     } else {
-      q = fma(fma(fma(fma(set1(kQ * 9.5700994134e-03f), f, set1(kQ * 5.5917859077e-02f)), f,
-                      set1(kQ * 2.4024744332e-01f)), f, set1(kQ * 6.9312179089e-01f)), f,
-              set1(kQ * 9.9999928474e-01f));
+      q = fma(fma(set1(kQ * 9.5700994134e-03f), f2,
+                  fma(set1(kQ * 5.5917859077e-02f), f, set1(kQ * 2.4024744332e-01f))),
+              f2, fma(set1(kQ * 6.9312179089e-01f), f, set1(kQ * 9.9999928474e-01f)));
     }
 #if SC_ISA == 2
     return _mm512_scalef_ps(q, n);
