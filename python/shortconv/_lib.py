@@ -12,8 +12,8 @@ sc_conv_args is not built field by field through ctypes attributes: each call
 copies a pre-initialised byte template (sc_conv_args_init's output) into one
 fresh ctypes buffer and writes each present tensor description with a single
 precompiled struct.pack_into at the field's offset.  The buffer also holds the
-size_t the workspace query writes and the sc_error message, so a call makes
-exactly one allocation of its own and shares nothing with other threads.
+size_t the workspace query writes and the sc_error message, so a call shares
+nothing with other threads.
 
 Layout of the per-call buffer:
   [0, ARGS_SIZE)                 sc_conv_args
@@ -27,6 +27,8 @@ import re
 import struct
 
 import torch
+
+from ._layout import contiguous_strides, like_contiguous
 
 __all__ = ["ShortConvError", "library_path", "version", "has_backend"]
 
@@ -265,28 +267,31 @@ else:  # pragma: no cover - very old torch
         return torch.cuda.current_stream(index).cuda_stream
 
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+_empty = torch.empty
+_empty_like = torch.empty_like
+_UINT8 = torch.uint8
 
 
 class Call:
     """One sc_conv_args being filled for a call on x's device.
 
-    set*() write tensor descriptions; run_forward()/run_backward() query the
-    workspace, allocate it through torch (the caching allocator; inside a
-    CUDA-graph capture it comes from the graph's pool) and run.  Errors are
-    raised with ``where`` (the public function's name) in front of the
-    library's message, with argument names translated through ``rename``.
+    set() describes an input (its own shape and strides), out_*() allocate an
+    output and describe it, run_forward()/run_backward() allocate the workspace
+    through torch (the caching allocator; inside a CUDA-graph capture it comes
+    from the graph's pool) and run.  Errors are raised with ``where`` (the public
+    function's name) in front of the library's message, with argument names
+    translated through ``rename``.
 
     CUDA: exec.stream is torch's current stream on x's device, and the call
     runs with x's device current (kernels cannot be launched on another
     device's stream).
     """
 
-    __slots__ = ("buf", "base", "device", "cuda_index", "where", "rename", "keep")
+    __slots__ = ("buf", "base", "device", "cuda_index", "where", "rename", "keep", "seen")
 
     def __init__(self, where, x, width, state_len, activation, rename=None):
         self.buf = buf = _Buf.from_buffer_copy(_TEMPLATE)
         self.base = ctypes.addressof(buf)
-        self.device = x.device
         self.where = where
         self.rename = rename
         self.keep = None
@@ -294,15 +299,20 @@ class Call:
             _SCALARS_PACK(buf, _SCALARS_OFF, width, state_len, activation)
         except struct.error:
             raise int32_error(where, width, state_len, activation) from None
+        self.seen = {}
+        self._exec(x)
+
+    def _exec(self, x):
+        self.device = x.device
         if x.is_cuda:
             self.cuda_index = index = x.get_device()
-            _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CUDA, 0, 0, 0, _raw_stream(index))
-        elif x.device.type == "cpu":
+            _EXEC_PACK(self.buf, _EXEC_OFF, SC_BACKEND_CUDA, 0, 0, 0, _raw_stream(index))
+        elif x.is_cpu:
             self.cuda_index = -1
-            _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CPU, torch.get_num_threads(), 0, 0, 0)
+            _EXEC_PACK(self.buf, _EXEC_OFF, SC_BACKEND_CPU, torch.get_num_threads(), 0, 0, 0)
         else:
             raise ValueError("%s: x is on device %s; shortconv runs on cpu and cuda tensors"
-                             % (where, x.device))
+                             % (self.where, x.device))
 
     def name(self, field):
         if self.rename:
@@ -316,9 +326,11 @@ class Call:
         must hold exactly its values (no lazily negated view to resolve).
         """
         tt = type(t)
-        if (tt is not _TorchTensor and tt is not _Parameter) or t.is_neg():
+        resolved = (tt is not _TorchTensor and tt is not _Parameter) or t.is_neg()
+        if resolved:
             t = self._resolve(field, t, output)
-        if t.device != self.device:
+        if (not t.is_cpu if self.cuda_index < 0
+                else not t.is_cuda or t.get_device() != self.cuda_index):
             raise ValueError("%s: %s is on %s but x is on %s; every tensor must be on x's device"
                              % (self.where, self.name(field), t.device, self.device))
         code = codes.get(t.dtype)
@@ -326,12 +338,10 @@ class Call:
             raise TypeError("%s: %s has dtype %s; expected %s" % (
                 self.where, self.name(field), t.dtype,
                 " or ".join(str(d) for d in codes)))
-        nd = t.dim()
-        if nd < 1 or nd > _MAX_DIMS:
-            raise ValueError("%s: %s has %d dims; expected 1 to %d"
-                             % (self.where, self.name(field), nd, _MAX_DIMS))
         try:
-            _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), code, nd, *t.shape, *t.stride())
+            shape = t.shape
+            strides = t.stride()
+            ptr = t.data_ptr()
         except (RuntimeError, NotImplementedError) as e:
             # Tensors without strided storage (sparse, mkldnn, nested, functorch-batched,
             # ...) refuse data_ptr / shape / stride: their memory is not their values.
@@ -339,6 +349,13 @@ class Call:
             raise TypeError("%s: %s: expected a dense strided tensor whose memory holds its "
                             "values; this one has none shortconv can read (%s)"
                             % (self.where, self.name(field), str(e).split("\n")[0])) from None
+        nd = len(shape)
+        if nd < 1 or nd > _MAX_DIMS:
+            raise ValueError("%s: %s has %d dims; expected 1 to %d"
+                             % (self.where, self.name(field), nd, _MAX_DIMS))
+        _TENSOR_PACK[nd](self.buf, OFF[field], ptr, code, nd, *shape, *strides)
+        # out_like*() allocate outputs from these; a resolved copy is not the caller's tensor
+        self.seen[field] = (shape, None if resolved else strides, ptr)
 
     def _resolve(self, field, t, output):
         """The uncommon cases of set(): subclasses, non-strided layouts, lazy views.
@@ -372,11 +389,44 @@ class Call:
         return t
 
     def set_out(self, field, t, codes=FLOAT_CODES):
-        """Describe an output we allocated ourselves on the right device, or a tensor
-        set() has already checked for another field."""
+        """Describe a tensor set() has already checked for another field (the aliased
+        decode cache and its indices)."""
         nd = t.dim()
         _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), codes[t.dtype], nd,
                          *t.shape, *t.stride())
+
+    # ---- outputs the package allocates (docs in _layout.py) ----
+    def _describe(self, field, t, shape, strides):
+        nd = len(shape)
+        _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), FLOAT_CODES[t.dtype], nd,
+                         *shape, *strides)
+
+    def out_like_x(self, field, x):
+        """y or dx: torch.empty_like(x) (_layout.like_x)."""
+        shape, strides, _ = self.seen["x"]
+        t = _empty_like(x)
+        if strides is None or not x.is_contiguous():  # else exactly x's strides
+            strides = t.stride()
+        self._describe(field, t, shape, strides)
+        return t
+
+    def out_like(self, field, src, src_field):
+        """A contiguous output of the shape and dtype of the input ``src`` described in
+        ``src_field`` (dweight, dbias, a state like initial_state): _layout.like_contiguous."""
+        shape, strides, _ = self.seen[src_field]
+        if strides is not None and src.is_contiguous():
+            t = _empty_like(src)  # exactly src's (contiguous) strides
+        else:
+            t = like_contiguous(src)
+            shape, strides = t.shape, t.stride()
+        self._describe(field, t, shape, strides)
+        return t
+
+    def out_new(self, field, shape, dtype):
+        """A new contiguous output."""
+        t = _empty(shape, dtype=dtype, device=self.device)
+        self._describe(field, t, tuple(shape), contiguous_strides(shape))
+        return t
 
     def set_pad_index(self, pad):
         """The state index that means "no row" besides -1 (an engine's pad slot id)."""
@@ -397,17 +447,17 @@ class Call:
                 return self._run_here(query, run)
         return self._run_here(query, run)
 
-    def _run_here(self, query, run):
+    def _query(self, query):
         base = self.base
         status = query(base, base + WS_OFF, base + ERR_OFF)
         if status:
             self._raise(status)
-        nbytes = _SIZE_UNPACK(self.buf, WS_OFF)[0]
-        if nbytes:
-            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-            _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, ws.data_ptr(), nbytes)
-        else:
-            ws = None
+        return _SIZE_UNPACK(self.buf, WS_OFF)[0]
+
+    def _run_here(self, query, run):
+        nbytes = self._query(query)
+        ws = self._workspace(nbytes)
+        base = self.base
         status = run(base, base + ERR_OFF)
         if status:
             self._raise(status)
@@ -415,6 +465,14 @@ class Call:
         # again only for work queued later on the same stream (or, inside a
         # CUDA-graph capture, later in the same graph).
         del ws
+
+    def _workspace(self, nbytes):
+        if not nbytes:
+            _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, 0, 0)
+            return None
+        ws = _empty(nbytes, dtype=_UINT8, device=self.device)
+        _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, ws.data_ptr(), nbytes)
+        return ws
 
     def run_forward(self):
         self._run(_sc_forward_ws, _sc_forward)

@@ -28,6 +28,7 @@ import os
 import torch
 
 from ._double_backward import backward_vjp
+from ._layout import like_contiguous, like_x
 from ._lib import ACT_NONE, ACT_SILU, ACTIVATIONS, FLAG_CODES, INDEX_CODES, Call
 
 # Argument names of the decode entry point, for the library's messages.
@@ -57,13 +58,6 @@ def activation_code(activation, where="shortconv"):
                          % (where, _EXPECTED, activation)) from None
 
 
-def _like_x(x):
-    """An output like x (y, dx): x's strides when x is dense in any layout (a
-    channel-major x gets a channel-major y: the kernels write it with vector
-    stores), contiguous otherwise (a slice of a fused projection, a broadcast)."""
-    return torch.empty_like(x, memory_format=torch.preserve_format)
-
-
 def _num_seqs(x, cu_seqlens):
     if cu_seqlens is not None:
         return max(cu_seqlens.shape[0] - 1, 0) if cu_seqlens.dim() == 1 else 0
@@ -75,6 +69,8 @@ def _width(weight):
 
 
 # ---- implementations (eager, real tensors) -------------------------------------
+# Outputs follow _layout.py: y and dx like x (x's strides when x is dense), the others
+# contiguous.  The fake implementations below allocate the same way.
 def _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation):
     """A Call with the inputs both directions read."""
     c = Call(where, x, _width(weight), state_len, activation)
@@ -89,22 +85,55 @@ def _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activati
     return c
 
 
-def forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
-                 output_final_state, where="shortconv.causal_conv1d"):
-    """y [like x, contiguous] and final_state [N, D, S] (None unless requested)."""
-    c = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation)
+def _state_out(c, field, x, cu_seqlens, initial_state, state_len, dtype):
+    """A state output [N, D, S]: like initial_state when there is one (the same shape once
+    validated), else new."""
+    if initial_state is not None and initial_state.dtype == dtype:
+        return c.out_like(field, initial_state, "initial_state")
+    return c.out_new(field, (_num_seqs(x, cu_seqlens), x.shape[-1], state_len), dtype)
+
+
+def _run_forward(c, x, residual, initial_state, cu_seqlens, state_len, output_final_state):
     if residual is not None:
         c.set("residual", residual)
-    y = _like_x(x)
-    c.set_out("y", y)
+    y = c.out_like_x("y", x)
     final_state = None
     if output_final_state:
         sdtype = initial_state.dtype if initial_state is not None else x.dtype
-        final_state = torch.empty((_num_seqs(x, cu_seqlens), x.shape[-1], state_len),
-                                  dtype=sdtype, device=x.device)
-        c.set_out("final_state", final_state)
+        final_state = _state_out(c, "final_state", x, cu_seqlens, initial_state, state_len,
+                                 sdtype)
     c.run_forward()
     return y, final_state
+
+
+def forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
+                 output_final_state, where="shortconv.causal_conv1d"):
+    """y [like x] and final_state [N, D, S] (None unless requested)."""
+    c = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation)
+    return _run_forward(c, x, residual, initial_state, cu_seqlens, state_len, output_final_state)
+
+
+def _run_backward(c, x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, need_dx,
+                  need_dweight, need_dbias, need_dinitial_state):
+    if dy is not None:
+        c.set("dy", dy)
+    if dht is not None:
+        c.set("dfinal_state", dht)
+    dx = dweight = dbias = dh0 = None
+    if need_dx:
+        dx = c.out_like_x("dx", x)
+    if need_dweight:
+        dweight = c.out_like("dweight", weight, "weight")
+    if need_dbias and bias is not None:
+        dbias = c.out_like("dbias", bias, "bias")
+    if need_dinitial_state:
+        sdtype = (initial_state.dtype if initial_state is not None
+                  else dht.dtype if dht is not None else x.dtype)
+        dh0 = _state_out(c, "dinitial_state", x, cu_seqlens, initial_state, state_len, sdtype)
+    if dx is None and dweight is None and dbias is None and dh0 is None:
+        return None, None, None, None
+    c.run_backward()
+    return dx, dweight, dbias, dh0
 
 
 def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation,
@@ -112,30 +141,8 @@ def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len
                   where="shortconv.causal_conv1d (backward)"):
     """(dx, dweight, dbias, dinitial_state), each None unless requested."""
     c = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation)
-    if dy is not None:
-        c.set("dy", dy)
-    if dht is not None:
-        c.set("dfinal_state", dht)
-    dx = dweight = dbias = dh0 = None
-    if need_dx:
-        dx = _like_x(x)
-        c.set_out("dx", dx)
-    if need_dweight:
-        dweight = torch.empty(weight.shape, dtype=weight.dtype, device=x.device)
-        c.set_out("dweight", dweight)
-    if need_dbias and bias is not None:
-        dbias = torch.empty(bias.shape, dtype=bias.dtype, device=x.device)
-        c.set_out("dbias", dbias)
-    if need_dinitial_state:
-        sdtype = (initial_state.dtype if initial_state is not None
-                  else dht.dtype if dht is not None else x.dtype)
-        dh0 = torch.empty((_num_seqs(x, cu_seqlens), x.shape[-1], state_len),
-                          dtype=sdtype, device=x.device)
-        c.set_out("dinitial_state", dh0)
-    if dx is None and dweight is None and dbias is None and dh0 is None:
-        return None, None, None, None
-    c.run_backward()
-    return dx, dweight, dbias, dh0
+    return _run_backward(c, x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len,
+                         need_dx, need_dweight, need_dbias, need_dinitial_state)
 
 
 def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
@@ -164,8 +171,7 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
         c.set("ring_offsets", cache_seqlens, INDEX_CODES)
     if pad_slot_id != -1:
         c.set_pad_index(pad_slot_id)
-    y = _like_x(x)
-    c.set_out("y", y)
+    y = c.out_like_x("y", x)
     c.run_forward()
     return y
 
@@ -279,6 +285,13 @@ if HAS_CUSTOM_OPS:
     def _empty(x, dtype=None):
         return torch.empty((0,), dtype=dtype if dtype is not None else x.dtype, device=x.device)
 
+    def _state_fake(x, cu_seqlens, initial_state, state_len, dtype):
+        """_state_out's allocation."""
+        if initial_state is not None and initial_state.dtype == dtype:
+            return like_contiguous(initial_state)
+        return torch.empty((_num_seqs(x, cu_seqlens), x.shape[-1], state_len), dtype=dtype,
+                           device=x.device)
+
     @torch.library.custom_op(
         "shortconv::causal_conv1d_fwd", mutates_args=(),
         schema="(Tensor x, Tensor weight, Tensor? bias, Tensor? residual, Tensor? initial_state, "
@@ -295,11 +308,10 @@ if HAS_CUSTOM_OPS:
     @_fwd_op.register_fake
     def _fwd_fake(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
                   output_final_state):
-        y = _like_x(x)
+        y = like_x(x)
         sdtype = initial_state.dtype if initial_state is not None else x.dtype
         if output_final_state:
-            ht = torch.empty((_num_seqs(x, cu_seqlens), x.shape[-1], state_len), dtype=sdtype,
-                             device=x.device)
+            ht = _state_fake(x, cu_seqlens, initial_state, state_len, sdtype)
         else:
             ht = _empty(x, sdtype)
         return y, ht
@@ -326,14 +338,12 @@ if HAS_CUSTOM_OPS:
                   need_dx, need_dweight, need_dbias, need_dinitial_state):
         sdtype = (initial_state.dtype if initial_state is not None
                   else dht.dtype if dht is not None else x.dtype)
-        dx = _like_x(x) if need_dx else _empty(x)
-        dw = (torch.empty(weight.shape, dtype=weight.dtype, device=x.device) if need_dweight
+        dx = like_x(x) if need_dx else _empty(x)
+        dw = like_contiguous(weight) if need_dweight else _empty(x, weight.dtype)
+        db = (like_contiguous(bias) if need_dbias and bias is not None
               else _empty(x, weight.dtype))
-        db = (torch.empty(bias.shape, dtype=bias.dtype, device=x.device)
-              if need_dbias and bias is not None else _empty(x, weight.dtype))
         if need_dinitial_state:
-            dh0 = torch.empty((_num_seqs(x, cu_seqlens), x.shape[-1], state_len), dtype=sdtype,
-                              device=x.device)
+            dh0 = _state_fake(x, cu_seqlens, initial_state, state_len, sdtype)
         else:
             dh0 = _empty(x, sdtype)
         return dx, dw, db, dh0
@@ -411,7 +421,7 @@ if HAS_CUSTOM_OPS:
     @_update_op.register_fake
     def _update_fake(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
                      has_initial_state, cache_seqlens, pad_slot_id):
-        return _like_x(x)
+        return like_x(x)
 
 else:
 
