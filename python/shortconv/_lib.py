@@ -13,7 +13,12 @@ copies a pre-initialised byte template (sc_conv_args_init's output) into one
 fresh ctypes buffer and writes each present tensor description with a single
 precompiled struct.pack_into at the field's offset.  The buffer also holds the
 size_t the workspace query writes and the sc_error message, so a call shares
-nothing with other threads.
+nothing with other threads.  Two more savings:
+  - the workspace size of a call signature (shapes, dtypes, which tensors are
+    present, scalars) is remembered, so a repeated signature makes one C call
+    (the run, which checks the size again) instead of two;
+  - a backward starts from a snapshot of its forward's buffer (x, weight, bias,
+    cu_seqlens, initial_state already described) instead of describing them again.
 
 Layout of the per-call buffer:
   [0, ARGS_SIZE)                 sc_conv_args
@@ -269,7 +274,14 @@ else:  # pragma: no cover - very old torch
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 _empty = torch.empty
 _empty_like = torch.empty_like
-_UINT8 = torch.uint8
+_Storage = torch.UntypedStorage
+
+
+# Workspace bytes by call signature (Call._run_here): a workspace query is a full validation
+# in C, as long again as the run's own, so a signature seen before skips it.  Bounded: cleared
+# when full (a stream of new shapes costs what it cost without the cache).
+_WS_BYTES = {}
+_WS_BYTES_MAX = 4096
 
 
 class Call:
@@ -287,7 +299,7 @@ class Call:
     device's stream).
     """
 
-    __slots__ = ("buf", "base", "device", "cuda_index", "where", "rename", "keep", "seen")
+    __slots__ = ("buf", "base", "device", "cuda_index", "where", "rename", "keep", "sig")
 
     def __init__(self, where, x, width, state_len, activation, rename=None):
         self.buf = buf = _Buf.from_buffer_copy(_TEMPLATE)
@@ -299,8 +311,34 @@ class Call:
             _SCALARS_PACK(buf, _SCALARS_OFF, width, state_len, activation)
         except struct.error:
             raise int32_error(where, width, state_len, activation) from None
-        self.seen = {}
+        self.sig = [width, state_len, activation]  # what the workspace size depends on
         self._exec(x)
+
+    @classmethod
+    def resume(cls, where, snapshot):
+        """A Call holding a snapshot()'s descriptions (a backward after its forward), with
+        the execution fields of now (torch's current stream, thread count)."""
+        self = cls.__new__(cls)
+        buf_bytes, sig, self.device, index = snapshot
+        self.buf = buf = _Buf.from_buffer_copy(buf_bytes)
+        self.base = ctypes.addressof(buf)
+        self.where = where
+        self.rename = None
+        self.keep = None
+        self.sig = list(sig)
+        self.cuda_index = index
+        if index >= 0:
+            _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CUDA, 0, 0, 0, _raw_stream(index))
+        else:
+            _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CPU, torch.get_num_threads(), 0, 0, 0)
+        return self
+
+    def snapshot(self):
+        """The descriptions so far, for Call.resume; None when an input was resolved into a
+        copy (that copy is not kept alive until a backward)."""
+        if self.keep is not None:
+            return None
+        return bytes(self.buf), tuple(self.sig), self.device, self.cuda_index
 
     def _exec(self, x):
         self.device = x.device
@@ -321,6 +359,8 @@ class Call:
 
     def set(self, field, t, codes=FLOAT_CODES, output=False):
         """Describe tensor ``t`` (present) in ``field``: its own shape and strides.
+        Returns (shape, strides, data pointer); strides None when ``t`` was resolved into a
+        copy (out_like*() then read the new tensor's strides).
 
         ``output``: the library writes ``t`` (the decode cache), so its memory
         must hold exactly its values (no lazily negated view to resolve).
@@ -354,8 +394,8 @@ class Call:
             raise ValueError("%s: %s has %d dims; expected 1 to %d"
                              % (self.where, self.name(field), nd, _MAX_DIMS))
         _TENSOR_PACK[nd](self.buf, OFF[field], ptr, code, nd, *shape, *strides)
-        # out_like*() allocate outputs from these; a resolved copy is not the caller's tensor
-        self.seen[field] = (shape, None if resolved else strides, ptr)
+        self.sig.append((field, shape, code))
+        return shape, None if resolved else strides, ptr
 
     def _resolve(self, field, t, output):
         """The uncommon cases of set(): subclasses, non-strided layouts, lazy views.
@@ -394,26 +434,28 @@ class Call:
         nd = t.dim()
         _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), codes[t.dtype], nd,
                          *t.shape, *t.stride())
+        self.sig.append((field, t.shape))
 
     # ---- outputs the package allocates (docs in _layout.py) ----
     def _describe(self, field, t, shape, strides):
         nd = len(shape)
         _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), FLOAT_CODES[t.dtype], nd,
                          *shape, *strides)
+        self.sig.append((field, shape))
 
-    def out_like_x(self, field, x):
-        """y or dx: torch.empty_like(x) (_layout.like_x)."""
-        shape, strides, _ = self.seen["x"]
+    def out_like_x(self, field, x, x_layout):
+        """y or dx: torch.empty_like(x) (_layout.like_x); x_layout is set()'s for x."""
+        shape, strides, _ = x_layout
         t = _empty_like(x)
         if strides is None or not x.is_contiguous():  # else exactly x's strides
             strides = t.stride()
         self._describe(field, t, shape, strides)
         return t
 
-    def out_like(self, field, src, src_field):
-        """A contiguous output of the shape and dtype of the input ``src`` described in
-        ``src_field`` (dweight, dbias, a state like initial_state): _layout.like_contiguous."""
-        shape, strides, _ = self.seen[src_field]
+    def out_like(self, field, src, src_layout):
+        """A contiguous output of the shape and dtype of the input ``src`` (dweight, dbias,
+        a state like initial_state): _layout.like_contiguous; src_layout is set()'s."""
+        shape, strides, _ = src_layout
         if strides is not None and src.is_contiguous():
             t = _empty_like(src)  # exactly src's (contiguous) strides
         else:
@@ -431,6 +473,7 @@ class Call:
     def set_pad_index(self, pad):
         """The state index that means "no row" besides -1 (an engine's pad slot id)."""
         _PAD_PACK(self.buf, _PAD_OFF, pad)
+        self.sig.append(pad)
 
     def _raise(self, status):
         msg = ctypes.string_at(self.base + ERR_OFF).decode(errors="replace")
@@ -441,11 +484,11 @@ class Call:
         kind = _lib.sc_status_string(status).decode()
         raise ShortConvError("%s: %s: %s" % (self.where, kind, msg), status)
 
-    def _run(self, query, run):
+    def _run(self, direction, query, run):
         if self.cuda_index >= 0 and self.cuda_index != _current_device():
             with torch.cuda.device(self.cuda_index):
-                return self._run_here(query, run)
-        return self._run_here(query, run)
+                return self._run_here(direction, query, run)
+        return self._run_here(direction, query, run)
 
     def _query(self, query):
         base = self.base
@@ -454,11 +497,25 @@ class Call:
             self._raise(status)
         return _SIZE_UNPACK(self.buf, WS_OFF)[0]
 
-    def _run_here(self, query, run):
-        nbytes = self._query(query)
+    def _run_here(self, direction, query, run):
+        # The workspace size is a function of shapes, dtypes, which tensors are present
+        # and the scalars (CONTRIBUTING.md), all in sig; the run checks it again and
+        # reports SC_ERR_WORKSPACE, before writing anything, if it falls short.
+        key = (direction, self.cuda_index, *self.sig)
+        nbytes = _WS_BYTES.get(key)
+        cached = nbytes is not None
+        if not cached:
+            nbytes = self._query(query)
+            if len(_WS_BYTES) >= _WS_BYTES_MAX:
+                _WS_BYTES.clear()
+            _WS_BYTES[key] = nbytes
         ws = self._workspace(nbytes)
         base = self.base
         status = run(base, base + ERR_OFF)
+        if status == SC_ERR_WORKSPACE and cached:  # a size the signature did not determine
+            nbytes = _WS_BYTES[key] = self._query(query)
+            ws = self._workspace(nbytes)
+            status = run(base, base + ERR_OFF)
         if status:
             self._raise(status)
         # The workspace may be freed now: the caching allocator hands it out
@@ -467,15 +524,16 @@ class Call:
         del ws
 
     def _workspace(self, nbytes):
+        """Scratch of nbytes from torch's allocator (a storage: the cheapest allocation)."""
         if not nbytes:
             _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, 0, 0)
             return None
-        ws = _empty(nbytes, dtype=_UINT8, device=self.device)
+        ws = _Storage(nbytes) if self.cuda_index < 0 else _Storage(nbytes, device=self.device)
         _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, ws.data_ptr(), nbytes)
         return ws
 
     def run_forward(self):
-        self._run(_sc_forward_ws, _sc_forward)
+        self._run(0, _sc_forward_ws, _sc_forward)
 
     def run_backward(self):
-        self._run(_sc_backward_ws, _sc_backward)
+        self._run(1, _sc_backward_ws, _sc_backward)

@@ -72,36 +72,34 @@ def _width(weight):
 # Outputs follow _layout.py: y and dx like x (x's strides when x is dense), the others
 # contiguous.  The fake implementations below allocate the same way.
 def _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation):
-    """A Call with the inputs both directions read."""
+    """A Call with the inputs both directions read, and what set() returned for each
+    (x, weight, bias, cu_seqlens, initial_state; None when absent)."""
     c = Call(where, x, _width(weight), state_len, activation)
-    c.set("x", x)
-    c.set("weight", weight)
-    if bias is not None:
-        c.set("bias", bias)
-    if cu_seqlens is not None:
-        c.set("cu_seqlens", cu_seqlens, INDEX_CODES)
-    if initial_state is not None:
-        c.set("initial_state", initial_state)
-    return c
+    seen = (c.set("x", x), c.set("weight", weight),
+            c.set("bias", bias) if bias is not None else None,
+            c.set("cu_seqlens", cu_seqlens, INDEX_CODES) if cu_seqlens is not None else None,
+            c.set("initial_state", initial_state) if initial_state is not None else None)
+    return c, seen
 
 
-def _state_out(c, field, x, cu_seqlens, initial_state, state_len, dtype):
+def _state_out(c, seen, field, x, cu_seqlens, initial_state, state_len, dtype):
     """A state output [N, D, S]: like initial_state when there is one (the same shape once
     validated), else new."""
     if initial_state is not None and initial_state.dtype == dtype:
-        return c.out_like(field, initial_state, "initial_state")
+        return c.out_like(field, initial_state, seen[4])
     return c.out_new(field, (_num_seqs(x, cu_seqlens), x.shape[-1], state_len), dtype)
 
 
-def _run_forward(c, x, residual, initial_state, cu_seqlens, state_len, output_final_state):
+def _run_forward(c, seen, x, residual, initial_state, cu_seqlens, state_len,
+                 output_final_state):
     if residual is not None:
         c.set("residual", residual)
-    y = c.out_like_x("y", x)
+    y = c.out_like_x("y", x, seen[0])
     final_state = None
     if output_final_state:
         sdtype = initial_state.dtype if initial_state is not None else x.dtype
-        final_state = _state_out(c, "final_state", x, cu_seqlens, initial_state, state_len,
-                                 sdtype)
+        final_state = _state_out(c, seen, "final_state", x, cu_seqlens, initial_state,
+                                 state_len, sdtype)
     c.run_forward()
     return y, final_state
 
@@ -109,27 +107,29 @@ def _run_forward(c, x, residual, initial_state, cu_seqlens, state_len, output_fi
 def forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
                  output_final_state, where="shortconv.causal_conv1d"):
     """y [like x] and final_state [N, D, S] (None unless requested)."""
-    c = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation)
-    return _run_forward(c, x, residual, initial_state, cu_seqlens, state_len, output_final_state)
+    c, seen = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation)
+    return _run_forward(c, seen, x, residual, initial_state, cu_seqlens, state_len,
+                        output_final_state)
 
 
-def _run_backward(c, x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, need_dx,
-                  need_dweight, need_dbias, need_dinitial_state):
+def _run_backward(c, seen, x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len,
+                  need_dx, need_dweight, need_dbias, need_dinitial_state):
     if dy is not None:
         c.set("dy", dy)
     if dht is not None:
         c.set("dfinal_state", dht)
     dx = dweight = dbias = dh0 = None
     if need_dx:
-        dx = c.out_like_x("dx", x)
+        dx = c.out_like_x("dx", x, seen[0])
     if need_dweight:
-        dweight = c.out_like("dweight", weight, "weight")
+        dweight = c.out_like("dweight", weight, seen[1])
     if need_dbias and bias is not None:
-        dbias = c.out_like("dbias", bias, "bias")
+        dbias = c.out_like("dbias", bias, seen[2])
     if need_dinitial_state:
         sdtype = (initial_state.dtype if initial_state is not None
                   else dht.dtype if dht is not None else x.dtype)
-        dh0 = _state_out(c, "dinitial_state", x, cu_seqlens, initial_state, state_len, sdtype)
+        dh0 = _state_out(c, seen, "dinitial_state", x, cu_seqlens, initial_state, state_len,
+                         sdtype)
     if dx is None and dweight is None and dbias is None and dh0 is None:
         return None, None, None, None
     c.run_backward()
@@ -140,9 +140,34 @@ def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len
                   need_dx, need_dweight, need_dbias, need_dinitial_state,
                   where="shortconv.causal_conv1d (backward)"):
     """(dx, dweight, dbias, dinitial_state), each None unless requested."""
-    c = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation)
-    return _run_backward(c, x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len,
-                         need_dx, need_dweight, need_dbias, need_dinitial_state)
+    c, seen = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation)
+    return _run_backward(c, seen, x, weight, bias, initial_state, cu_seqlens, dy, dht,
+                         state_len, need_dx, need_dweight, need_dbias, need_dinitial_state)
+
+
+def _same_memory(seen, x, weight, bias, cu_seqlens, initial_state):
+    """Whether the saved inputs are still the memory set() described (an input whose storage
+    was swapped since, e.g. by ``.data =``, must be described again)."""
+    sx, sw, sb, scu, sh0 = seen
+    return (x.data_ptr() == sx[2] and weight.data_ptr() == sw[2]
+            and (bias is None or bias.data_ptr() == sb[2])
+            and (cu_seqlens is None or cu_seqlens.data_ptr() == scu[2])
+            and (initial_state is None or initial_state.data_ptr() == sh0[2]))
+
+
+def _backward_from(described, x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len,
+                   activation, need_dx, need_dweight, need_dbias, need_dinitial_state):
+    """backward_impl for the forward that kept ``described`` = (snapshot, seen): its inputs
+    are already described, when the saved tensors still hold the memory described then."""
+    where = "shortconv.causal_conv1d (backward)"
+    snapshot, seen = described
+    if snapshot is not None and _same_memory(seen, x, weight, bias, cu_seqlens, initial_state):
+        c = Call.resume(where, snapshot)
+    else:
+        c, seen = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len,
+                        activation)
+    return _run_backward(c, seen, x, weight, bias, initial_state, cu_seqlens, dy, dht,
+                         state_len, need_dx, need_dweight, need_dbias, need_dinitial_state)
 
 
 def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
@@ -152,7 +177,7 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
     has_initial_state [N] (false: zero state read), cache_seqlens [N] (ring rows),
     pad_slot_id: docs/semantics.md section 5."""
     c = Call(where, x, _width(weight), -1, activation, _CACHE_NAMES)
-    c.set("x", x)
+    x_layout = c.set("x", x)
     c.set("weight", weight)
     if bias is not None:
         c.set("bias", bias)
@@ -171,7 +196,7 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
         c.set("ring_offsets", cache_seqlens, INDEX_CODES)
     if pad_slot_id != -1:
         c.set_pad_index(pad_slot_id)
-    y = c.out_like_x("y", x)
+    y = c.out_like_x("y", x, x_layout)
     c.run_forward()
     return y
 
@@ -191,8 +216,9 @@ def _fwd_eager(x, weight, bias, residual, initial_state, cu_seqlens, state_len, 
                output_final_state):
     """The forward as a differentiable call while autograd records (a double backward)."""
     if torch.is_grad_enabled():
-        return CausalConv1dFunction.apply(x, weight, bias, residual, initial_state, cu_seqlens,
-                                          state_len, activation, output_final_state)
+        out = CausalConv1dFunction.apply(x, weight, bias, residual, initial_state, cu_seqlens,
+                                         state_len, activation, output_final_state)
+        return out if output_final_state else (out, None)
     return forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len,
                         activation, output_final_state)
 
@@ -210,18 +236,23 @@ def _bwd_eager(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, a
 
 
 class CausalConv1dFunction(torch.autograd.Function):
-    """Eager autograd (every torch version): forward_impl / backward_impl.
+    """Eager autograd (every torch version): the forward and backward calls.
 
-    Differentiable to any order: the backward is CausalConv1dBackward when
-    autograd records it (create_graph=True), whose own backward is built from
-    these two Functions (_double_backward.py).
+    The backward starts from the forward's description of the inputs both read (a
+    Snapshot), so it describes only dy, dfinal_state and its outputs.  Differentiable to
+    any order: the backward is CausalConv1dBackward when autograd records it
+    (create_graph=True), whose own backward is built from these two Functions
+    (_double_backward.py).
     """
 
     @staticmethod
     def forward(ctx, x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
                 output_final_state):
-        y, final_state = forward_impl(x, weight, bias, residual, initial_state, cu_seqlens,
-                                      state_len, activation, output_final_state)
+        c, seen = _call("shortconv.causal_conv1d", x, weight, bias, cu_seqlens, initial_state,
+                        state_len, activation)
+        ctx.described = (c.snapshot(), seen)
+        y, final_state = _run_forward(c, seen, x, residual, initial_state, cu_seqlens,
+                                      state_len, output_final_state)
         ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens)
         ctx.state_len = state_len
         ctx.activation = activation
@@ -229,14 +260,23 @@ class CausalConv1dFunction(torch.autograd.Function):
         # An unused output's gradient arrives as None (absent in the ABI = zeros)
         # instead of a zero-filled tensor: one kernel and one allocation less.
         ctx.set_materialize_grads(False)
-        return y, final_state
+        # Without a final state y is the only output (a second, None output costs autograd
+        # more host time than the whole description of a tensor).
+        return (y, final_state) if output_final_state else y
 
     @staticmethod
-    def backward(ctx, dy, dht):
+    def backward(ctx, dy, dht=None):
         x, weight, bias, h0, cu, dy, dht, need = _backward_grads(ctx, dy, dht)
-        dx, dw, db, dh0 = _bwd_eager(
-            x, weight, bias, h0, cu, dy, dht, ctx.state_len, ctx.activation,
-            need[0], need[1], need[2] and bias is not None, need[4] and h0 is not None)
+        want_db = need[2] and bias is not None
+        want_dh0 = need[4] and h0 is not None
+        if torch.is_grad_enabled():  # create_graph=True: a differentiable backward
+            dx, dw, db, dh0 = CausalConv1dBackward.apply(
+                x, weight, bias, h0, cu, dy, dht, ctx.state_len, ctx.activation, need[0],
+                need[1], want_db, want_dh0)
+        else:
+            dx, dw, db, dh0 = _backward_from(
+                ctx.described, x, weight, bias, h0, cu, dy, dht, ctx.state_len, ctx.activation,
+                need[0], need[1], want_db, want_dh0)
         dres = None
         if ctx.has_residual and need[3]:  # dresidual = dy
             dres = dy if dy is not None else torch.zeros_like(x)
