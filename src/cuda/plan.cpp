@@ -107,7 +107,9 @@ void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
     const int64_t target = int64_t(sms) * TmTraits::kResidentThreads;  // threads of one wave
     const int64_t work = p.B * p.T * cols;                               // thread-tokens
     const int64_t per_thread = ceil_div(work, std::max<int64_t>(target, 1));
-    if (bwd || pow2_ceil(per_thread) <= TmTraits::kMaxTileT) {
+    if (bwd) {
+      pl->tile_t = std::clamp<int64_t>(pow2_ceil(per_thread), TmTraits::kMinTileT, TmTraits::kMaxTileTBwd);
+    } else if (pow2_ceil(per_thread) <= TmTraits::kMaxTileT) {
       pl->tile_t = std::clamp<int64_t>(pow2_ceil(per_thread), TmTraits::kMinTileT, TmTraits::kMaxTileT);
     } else {  // (the backward measured slower with the shorter tiles)
       pl->tile_t = std::clamp<int64_t>(pow2_floor(per_thread / TmTraits::kMinWaves),
