@@ -15,8 +15,9 @@
 //   dpre of its own tokens only, summed over the block's ty tiles in shared
 //   memory in a fixed order, one partial row per block in the workspace.
 // - bwd_cm<T, WMAX>: channel-major (stride_t == 1, dense).  A warp owns a
-//   (batch, channel) row and a tile of tokens, a lane VEC consecutive tokens
-//   plus (W-1)-token halos each side re-read as scalars (L1 hits); partials
+//   (batch, channel) row and a tile of tokens, a lane VEC consecutive tokens;
+//   the (W-1)-token window before and the look-ahead dpre after them come
+//   from neighbouring lanes by shuffles (dx one chunk behind dpre); partials
 //   reduced over the warp by a fixed xor butterfly, one row per warp tile.
 // - dpre_general / bwd_general<A>: W > 16 or nothing else fits: dpre to the
 //   workspace, then a per-(channel, tile) gather; one partial row per tile.
@@ -247,10 +248,16 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
     }
   }
   if (!k.want_dw) return;  // uniform over the grid
-  // Block reduction over the ty tiles, fixed order, then one partial row.
+  // Block reduction over the ty tiles in a fixed order (y = 0, 1, ...), then
+  // one partial row per block.  Thread (x, y) stores its E partials at
+  // red[(y * cx + x) * E + e]; sum i = x * E + e over y is then
+  // red[y * cx * E + i]: every thread of the block takes some i (consecutive
+  // threads read consecutive words: no bank conflicts), rather than one warp
+  // summing all of them (its serial tail held the block's SM slot).
   constexpr int E = CH * (WMAX + 1);
   A* red = reinterpret_cast<A*>(smem_raw);
-  A* mine = red + (int64_t(threadIdx.y) * blockDim.x + threadIdx.x) * E;
+  const int cx = int(blockDim.x), ty = int(blockDim.y);
+  A* mine = red + (int64_t(threadIdx.y) * cx + threadIdx.x) * E;
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
 #pragma unroll
@@ -258,25 +265,36 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
     mine[c * (WMAX + 1) + WMAX] = k.db[c];
   }
   __syncthreads();
-  if (threadIdx.y != 0 || d0 >= a.D) return;
-  for (int c = 0; c < CH; ++c) {
-    A* dst = part_at<A>(a, blockIdx.x, d0 + c);
-    for (int j = k.kpad; j <= WMAX; ++j) {
-      A s = A(0);
-      for (unsigned y = 0; y < blockDim.y; ++y)
-        s += red[(int64_t(y) * blockDim.x + threadIdx.x) * E + c * (WMAX + 1) + j];
-      dst[j < WMAX ? j - k.kpad : a.W] = s;
-    }
+  const int row = cx * E;
+  for (int i = int(threadIdx.y) * cx + int(threadIdx.x); i < row; i += cx * ty) {
+    const int x = i / E, c = (i % E) / (WMAX + 1), j = i % (WMAX + 1);
+    const int64_t d = (int64_t(blockIdx.y) * cx + x) * CH + c;
+    if (j < k.kpad || d >= a.D) continue;
+    A s = A(0);
+    for (int y = 0; y < ty; ++y) s += red[y * row + i];
+    part_at<A>(a, blockIdx.x, d)[j < WMAX ? j - k.kpad : a.W] = s;
   }
 }
 
 // ---- channel-major ---------------------------------------------------------------
 
+// Chunks of 32 * VEC tokens as in fwd_cm (cm_window: the x window from the
+// lower lanes).  dx(t) needs dpre(t .. t + W-1), which at a chunk's end is in
+// the next chunk, so dx runs one chunk behind: step k forms dpre of chunk k
+// (the lane's own VEC tokens, once each) and dx of chunk k-1, whose
+// look-ahead dpre values come by shuffles from the higher lanes of chunk
+// k-1 or, past its lane 31, from chunk k.  After the tile's last chunk one
+// more step forms dx of that chunk; when the tile ends inside the row it
+// first forms the dpre of the next W-1 tokens (the next tile's; x and dy
+// read again for those lanes only), at the row's end those terms do not
+// exist and are not formed.
 template <class T, int WMAX>
 __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm) bwd_cm(const Args a) {
   using A = acc_t<T>;
   constexpr int VEC = CmTraits::vec(sizeof(T));
   constexpr int H = WMAX - 1;
+  constexpr int64_t kChunk = int64_t(CmTraits::kWarp) * VEC;
+  using P = Pack<T, VEC>;
   const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t wid = gid >> 5;
   const int lane = int(gid & 31);
@@ -298,74 +316,96 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   const Seq q{b, 0, a.T, ring_of(a, b)};
   const int64_t h0row = h0_row_of(a, b);
   const T* xr = static_cast<const T*>(a.x.p) + b * a.x.s0 + d * a.x.s2;
-  const T* gr = static_cast<const T*>(a.dy.p) + b * a.dy.s0 + d * a.dy.s2;
+  const T* gr = static_cast<const T*>(a.dy.p) + b * a.dy.s0 + d * a.dy.s2;  // (dy present: no_dy handles its absence)
   T* dxr = a.dx.p ? static_cast<T*>(a.dx.p) + b * a.dx.s0 + d * a.dx.s2 : nullptr;
-  const int64_t tend = (tile + 1) * a.tile_t < a.T ? (tile + 1) * a.tile_t : a.T;
-  for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; t0 < tend; t0 += 32 * VEC) {
-    A u[H + VEC + H];  // u[H + i] = u(t0 + i), i in [-H, VEC + H)
-    A g[VEC + H];      // g[i] = dy(t0 + i)
-    const Pack<T, VEC> xv = ldp<T, VEC>(xr + t0);
+  const int64_t tb = tile * a.tile_t;
+  const int64_t tend = tb + a.tile_t < a.T ? tb + a.tile_t : a.T;
+  // Tokens a lane of the step at `base` holds: the tile's own, or in the step
+  // after the tile (base >= tend) the next tile's first W-1 (none at the row's end).
+  const int64_t look_end = tend + (W - 1) < a.T ? tend + (W - 1) : a.T;
+  auto holds = [&](int64_t t0) { return t0 < tend || (t0 >= tend && t0 < look_end); };
+  P nx = P::zero(), ng = P::zero();  // the next step's vectors, loaded one step ahead
+  auto fetch = [&](int64_t t0) {
+    const bool in = holds(t0);
+    nx = in ? ldp<T, VEC>(xr + t0) : P::zero();
+    ng = in ? ldp<T, VEC>(gr + t0) : P::zero();
+  };
+  fetch(tb + int64_t(lane) * VEC);
+  A xp[VEC], dpp[VEC];  // x and dpre of this lane in the previous chunk
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) u[H + i] = xv.get(i);
-    const Pack<T, VEC> gv = ldp<T, VEC>(gr + t0);  // (dy present: no_dy handles its absence)
+  for (int i = 0; i < VEC; ++i) xp[i] = dpp[i] = A(0);
+  for (int64_t base = tb;; base += kChunk) {  // warp-uniform
+    const bool own = base < tend;           // a chunk of the tile (else: the step after it)
+    const int64_t t0 = base + int64_t(lane) * VEC;
+    const P xv = nx, gv = ng;
+    if (own) fetch(t0 + kChunk);
+    A xc[VEC], u[H + VEC], dpc[VEC];  // u[H + i] = x(t0 + i), u[H - 1 - i] = u(t0 - 1 - i)
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) g[i] = gv.get(i);
+    for (int i = 0; i < VEC; ++i) u[H + i] = xc[i] = xv.get(i);
+    cm_window<T, H, VEC>(a, q, h0row, d, xr, t0, lane, base == tb, xc, xp, u);
+    const bool here = holds(t0);
 #pragma unroll
-    for (int i = 0; i < H; ++i) {
-      const int64_t tok = t0 - 1 - i;
+    for (int i = 0; i < VEC; ++i) {
       A v = A(0);
-      if (i < W - 1) v = tok >= 0 ? to_f(xr[tok]) : load_u<A>(a, q, h0row, d, a.S + tok);
-      u[H - 1 - i] = v;
-      const int64_t ta = t0 + VEC + i;
-      const bool in = i < W - 1 && ta < a.T;
-      u[H + VEC + i] = in ? to_f(xr[ta]) : A(0);
-      g[VEC + i] = in ? to_f(gr[ta]) : A(0);
-    }
-    A dp[VEC + H];
-#pragma unroll
-    for (int i = 0; i < VEC + H; ++i) {
-      A v = A(0);
-      if (i < VEC + W - 1 && t0 + i < a.T) {
+      if (here) {
         A pre = bs;  // same order as the forward
 #pragma unroll
         for (int j = WMAX - 1; j >= 0; --j)
           if (j < W) pre = fma(wr[j], u[H + i - j], pre);
-        v = act.dgrad(g[i], pre);
+        v = act.dgrad(gv.get(i), pre);
       }
-      dp[i] = v;
+      dpc[i] = v;
     }
-    if (want_dw) {
+    if (own && here && want_dw) {
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
-        db += dp[i];
+        db += dpc[i];
 #pragma unroll
         for (int j = 0; j < WMAX; ++j)
-          if (j < W) dwr[j] = fma(dp[i], u[H + i - j], dwr[j]);
+          if (j < W) dwr[j] = fma(dpc[i], u[H + i - j], dwr[j]);
       }
     }
-    if (dxr) {
-      A out[VEC];
-      // dpre rows past the row's end (i + m >= lim) are never formed; only a
-      // row's last chunk has such rows, and only it pays for the predicates
-      const int lim = t0 + VEC + H > a.T ? int(a.T - t0) : VEC + H;
+    if (base > tb && dxr) {  // dx of the previous chunk (warp-uniform test)
+      A dp[VEC + H];  // dp[i] = dpre(tp + i), tp = t0 - kChunk
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        A v = A(0);
-        if (lim == VEC + H) {
+      for (int i = 0; i < VEC; ++i) dp[i] = dpp[i];
 #pragma unroll
-          for (int m = 0; m < WMAX; ++m)  // weight[W-1-m] * dpre(t + m)
-            if (m < W) v = fma(wr[m], dp[i + m], v);
-        } else {
-#pragma unroll
-          for (int m = 0; m < WMAX; ++m)
-            if (m < W && i + m < lim) v = fma(wr[m], dp[i + m], v);
-        }
-        const int64_t t = t0 + i;
-        if (a.dht.p && t >= a.T - a.S)
-          v += ld<A>(a.dht.p, a.dht.dt, b * a.dht.s0 + d * a.dht.s1 + (a.S + t - a.T) * a.dht.s2);
-        out[i] = v;
+      for (int i = 0; i < H; ++i) {  // from lane + k, element i % VEC (sender chooses the chunk)
+        const int k = 1 + i / VEC, e = i % VEC;
+        dp[VEC + i] = i < W - 1 ? __shfl_sync(0xffffffffu, lane >= k ? dpp[e] : dpc[e], (lane + k) & 31)
+                                : A(0);
       }
-      stp<T, VEC>(dxr + t0, Pack<T, VEC>::make(out));
+      const int64_t tp = t0 - kChunk;
+      if (tp < tend) {
+        A out[VEC];
+        // dpre rows past the row's end (i + m >= lim) are never formed; only a
+        // row's last chunk has such rows, and only it pays for the predicates
+        const int lim = tp + VEC + H > a.T ? int(a.T - tp) : VEC + H;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          A v = A(0);
+          if (lim == VEC + H) {
+#pragma unroll
+            for (int m = 0; m < WMAX; ++m)  // weight[W-1-m] * dpre(t + m)
+              if (m < W) v = fma(wr[m], dp[i + m], v);
+          } else {
+#pragma unroll
+            for (int m = 0; m < WMAX; ++m)
+              if (m < W && i + m < lim) v = fma(wr[m], dp[i + m], v);
+          }
+          const int64_t t = tp + i;
+          if (a.dht.p && t >= a.T - a.S)
+            v += ld<A>(a.dht.p, a.dht.dt, b * a.dht.s0 + d * a.dht.s1 + (a.S + t - a.T) * a.dht.s2);
+          out[i] = v;
+        }
+        stp<T, VEC>(dxr + tp, P::make(out));
+      }
+    }
+    if (!own) break;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      xp[i] = xc[i];
+      dpp[i] = dpc[i];
     }
   }
   if (!want_dw) return;

@@ -312,6 +312,37 @@ __device__ __forceinline__ void load_window(const Args& a, const Seq& q, int64_t
   }
 }
 
+// Channel-major chunks (fwd_cm, bwd_cm): lane l of a warp holds the VEC
+// consecutive tokens [t0, t0 + VEC), t0 = base + l * VEC, of a chunk of
+// 32 * VEC tokens of one (batch, channel) row.  The H inputs before t0 sit in
+// lower lanes of the same chunk or, for the first lanes, in the previous
+// chunk (xp: what each lane held there), exchanged by shuffles instead of
+// re-read; at a tile's first chunk (`first`) those lanes read them from
+// memory (x, or the sequence's h0 row before the row's start).
+// u[H - 1 - i] = u(t0 - 1 - i) (the caller keeps u[H + i] = xc[i]); entries
+// i >= W - 1 (pad taps) are 0.  The
+// sender chooses: lane s sends its value of this chunk to lane s + k when
+// that lane is in this chunk (s < 32 - k), else its previous chunk's.
+// Every lane of the warp must call this (warp-uniform control flow).
+template <class T, int H, int VEC, class A>
+__device__ __forceinline__ void cm_window(const Args& a, const Seq& q, int64_t h0row, int64_t d,
+                                          const T* xr, int64_t t0, int lane, bool first,
+                                          const A (&xc)[VEC], const A (&xp)[VEC], A (&u)[H + VEC]) {
+#pragma unroll
+  for (int i = 0; i < H; ++i) {
+    const int k = 1 + i / VEC, e = VEC - 1 - i % VEC;  // source lane offset and element
+    A v = A(0);
+    if (i < a.W - 1) {
+      v = __shfl_sync(0xffffffffu, lane < 32 - k ? xc[e] : xp[e], (lane - k) & 31);
+      if (first && lane < k) {
+        const int64_t tok = t0 - 1 - i;
+        v = tok >= 0 ? to_f(xr[tok]) : load_u<A>(a, q, h0row, d, a.S + tok);
+      }
+    }
+    u[H - 1 - i] = v;
+  }
+}
+
 // The general path's thread coordinates: tile (grid.x x block.y), channel d
 // (grid.y x block.x) and the tile's batch row and tokens; false when the
 // thread has no (tile, channel).
