@@ -123,9 +123,9 @@ struct TmBwd {
                           int64_t e) {
     const int64_t h0row = h0_row_of(a, n);
     const int64_t sx = a.x.s1, sg = a.dy.s1, sd = a.dx.s1;
-    const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + d0 * a.x.s2;
-    const T* gp = static_cast<const T*>(a.dy.p) + q.b * a.dy.s0 + d0 * a.dy.s2;  // (dy present)
-    T* dp = a.dx.p ? static_cast<T*>(a.dx.p) + q.b * a.dx.s0 + d0 * a.dx.s2 : nullptr;
+    const T* xp = row_ptr<const T>(a.x, q.b, d0);
+    const T* gp = row_ptr<const T>(a.dy, q.b, d0);  // (dy present: dx_from_dht handles its absence)
+    T* dp = row_ptr<T>(a.dx, q.b, d0);
     const P zero = P::zero();
     load_window<T, CH>(a, q, h0row, xp, sx, d0, t, kpad, sl);
 #pragma unroll
@@ -196,7 +196,19 @@ struct TmBwd {
   }
 };
 
+// The full-window instance (FULL: 16-bit vectors, W == WMAX, SiLU, dx, dy and
+// dweight/dbias wanted, tiles of at least kBwdFullMinTileT tokens) is its own
+// kernel, chosen on the host (full_instance): each kernel's registers are then
+// allocated for its own loop (as one kernel, the generic steps spilled more).
 template <class T, int WMAX, int CH>
+constexpr bool kHasFull = CH > 1 && sizeof(T) == 2;
+template <class T, int WMAX, int CH>
+bool full_instance(const Args& a) {
+  return kHasFull<T, WMAX, CH> && a.W == WMAX && a.act == SC_ACT_SILU && a.dx.p && a.dy.p &&
+         (a.dweight.p || a.dbias.p) && a.tile_t >= TmTraits::kBwdFullMinTileT;
+}
+
+template <class T, int WMAX, int CH, bool FULL>
 __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm) bwd_tm(const Args a) {
   using A = acc_t<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -225,21 +237,9 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
   if (active) {
     int64_t b, tb, te;
     tile_range(a, tile, &b, &tb, &te);
-    bool full = false;
-    if constexpr (CH > 1 && TmBwd<T, WMAX, CH>::k16Bit) {  // the FULL instance (step())
-      // (Short tiles keep the generic instance: the FULL one measured slower
-      // on them, its warm-up / look-ahead steps spill.)
-      full = a.W == WMAX && a.act == SC_ACT_SILU && a.dx.p && a.dy.p && k.want_dw &&
-             a.tile_t >= TmTraits::kBwdFullMinTileT;
-      if (full)
-        for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
-          k.template segment<true>(a, q, n, d0, t, e);
-        });
-    }
-    if (!full)
-      for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
-        k.template segment<false>(a, q, n, d0, t, e);
-      });
+    for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
+      k.template segment<FULL>(a, q, n, d0, t, e);
+    });
 #pragma unroll
     for (int c = 0; c < CH; ++c) {  // partials of dpre / scale -> of dpre (exact)
 #pragma unroll
@@ -315,9 +315,9 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   const A bs = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
   const Seq q{b, 0, a.T, ring_of(a, b)};
   const int64_t h0row = h0_row_of(a, b);
-  const T* xr = static_cast<const T*>(a.x.p) + b * a.x.s0 + d * a.x.s2;
-  const T* gr = static_cast<const T*>(a.dy.p) + b * a.dy.s0 + d * a.dy.s2;  // (dy present: no_dy handles its absence)
-  T* dxr = a.dx.p ? static_cast<T*>(a.dx.p) + b * a.dx.s0 + d * a.dx.s2 : nullptr;
+  const T* xr = row_ptr<const T>(a.x, b, d);
+  const T* gr = row_ptr<const T>(a.dy, b, d);  // (dy present: dx_from_dht handles its absence)
+  T* dxr = row_ptr<T>(a.dx, b, d);
   const int64_t tb = tile * a.tile_t;
   const int64_t tend = tb + a.tile_t < a.T ? tb + a.tile_t : a.T;
   // Tokens a lane of the step at `base` holds: the tile's own, or in the step
@@ -334,16 +334,19 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   A xp[VEC], dpp[VEC];  // x and dpre of this lane in the previous chunk
 #pragma unroll
   for (int i = 0; i < VEC; ++i) xp[i] = dpp[i] = A(0);
-  for (int64_t base = tb;; base += kChunk) {  // warp-uniform
-    const bool own = base < tend;           // a chunk of the tile (else: the step after it)
+  // One step at `base`.  FAST (warp-uniform): a full chunk of the tile after
+  // its first, whose previous chunk's dx takes no dht term and reads no dpre
+  // row past the row's end: no predicates, no memory window, no dht loads.
+  auto chunk_step = [&](int64_t base, bool own, auto fast_c) {
+    constexpr bool FAST = decltype(fast_c)::value;
     const int64_t t0 = base + int64_t(lane) * VEC;
     const P xv = nx, gv = ng;
     if (own) fetch(t0 + kChunk);
     A xc[VEC], u[H + VEC], dpc[VEC];  // u[H + i] = x(t0 + i), u[H - 1 - i] = u(t0 - 1 - i)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) u[H + i] = xc[i] = xv.get(i);
-    cm_window<T, H, VEC>(a, q, h0row, d, xr, t0, lane, base == tb, xc, xp, u);
-    const bool here = holds(t0);
+    cm_window<T, H, VEC>(a, q, h0row, d, xr, t0, lane, !FAST && base == tb, xc, xp, u);
+    const bool here = FAST || holds(t0);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       A v = A(0);
@@ -365,7 +368,7 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
           if (j < W) dwr[j] = fma(dpc[i], u[H + i - j], dwr[j]);
       }
     }
-    if (base > tb && dxr) {  // dx of the previous chunk (warp-uniform test)
+    if ((FAST || base > tb) && dxr) {  // dx of the previous chunk (warp-uniform test)
       A dp[VEC + H];  // dp[i] = dpre(tp + i), tp = t0 - kChunk
 #pragma unroll
       for (int i = 0; i < VEC; ++i) dp[i] = dpp[i];
@@ -376,11 +379,11 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
                                 : A(0);
       }
       const int64_t tp = t0 - kChunk;
-      if (tp < tend) {
+      if (FAST || tp < tend) {
         A out[VEC];
         // dpre rows past the row's end (i + m >= lim) are never formed; only a
         // row's last chunk has such rows, and only it pays for the predicates
-        const int lim = tp + VEC + H > a.T ? int(a.T - tp) : VEC + H;
+        const int lim = FAST || tp + VEC + H <= a.T ? VEC + H : int(a.T - tp);
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
           A v = A(0);
@@ -394,19 +397,26 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
               if (m < W && i + m < lim) v = fma(wr[m], dp[i + m], v);
           }
           const int64_t t = tp + i;
-          if (a.dht.p && t >= a.T - a.S)
+          if (!FAST && a.dht.p && t >= a.T - a.S)
             v += ld<A>(a.dht.p, a.dht.dt, b * a.dht.s0 + d * a.dht.s1 + (a.S + t - a.T) * a.dht.s2);
           out[i] = v;
         }
         stp<T, VEC>(dxr + tp, P::make(out));
       }
     }
-    if (!own) break;
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       xp[i] = xc[i];
       dpp[i] = dpc[i];
     }
+  };
+  for (int64_t base = tb;; base += kChunk) {  // warp-uniform
+    const bool own = base < tend;  // a chunk of the tile (else: the step after it)
+    const bool fast = own && base > tb && base + kChunk <= tend && base + H <= a.T &&
+                      (!a.dht.p || base <= a.T - a.S);
+    if (fast) chunk_step(base, true, std::true_type{});
+    else chunk_step(base, own, std::false_type{});
+    if (!own) break;
   }
   if (!want_dw) return;
 #pragma unroll
@@ -583,7 +593,10 @@ __global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocks
 struct BwdKernels {
   template <class T, int WMAX, int CH>
   static cudaError_t tm(const Plan& pl, const Args& a, Launch* l) {
-    return l->main(CH > 1 ? "bwd_tm(vector)" : "bwd_tm(scalar)", bwd_tm<T, WMAX, CH>, pl, a);
+    if constexpr (kHasFull<T, WMAX, CH>) {
+      if (full_instance<T, WMAX, CH>(a)) return l->main("bwd_tm(vector, full window)", bwd_tm<T, WMAX, CH, true>, pl, a);
+    }
+    return l->main(CH > 1 ? "bwd_tm(vector)" : "bwd_tm(scalar)", bwd_tm<T, WMAX, CH, false>, pl, a);
   }
   template <class T, int WMAX>
   static cudaError_t cm(const Plan& pl, const Args& a, Launch* l) {

@@ -202,6 +202,15 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// Element (batch row b, token 0, channel d) of an activation tensor as a typed
+// pointer (x, residual, y, dy, dx: [B, T, D] element strides s0, s1, s2);
+// nullptr when the tensor is absent.
+template <class T>
+__device__ __forceinline__ T* row_ptr(const DTensor& t, int64_t b, int64_t d) {
+  using E = std::remove_const_t<T>;
+  return t.p ? static_cast<E*>(t.p) + b * t.s0 + d * t.s2 : nullptr;
+}
+
 // ---- sequences and state rows (clamped) -------------------------------------------
 
 // cu_seqlens[i] clamped into [0, total]; cu[0] is 0 and cu[N] is total by definition.

@@ -16,11 +16,9 @@
 //   window of each starts from that sequence's own h0 (or zeros), never from
 //   another sequence's rows.  Block = cx threads along channels x ty tiles.
 // - fwd_cm<T, WMAX>: channel-major (stride_t == 1, dense).  A warp owns one
-//   (batch, channel) row and a tile of tokens, walked in chunks of 32 * VEC
-//   tokens; each lane a 16-byte vector of VEC consecutive tokens, the next
-//   chunk's loaded one chunk ahead.  Its W-1 window inputs come from the
-//   lower lanes (and the previous chunk) by warp shuffles (cm_window), read
-//   from memory only at the tile's first chunk.
+//   (batch, channel) row and a tile of tokens; each lane a 16-byte vector of
+//   VEC consecutive tokens, its W-1 halo tokens re-read as scalars (L1 hits:
+//   the neighbouring lane loaded them).
 // - fwd_general<A>: W > 16, any strides, runtime dtypes: a thread per
 //   (channel, tile) sums the W taps straight from memory.
 // - state_fwd: one thread per (sequence, channel) writes ht_n[j] = u_n[L+j]
@@ -94,11 +92,9 @@ struct TmFwd {
                           int64_t e) {
     const int64_t h0row = h0_row_of(a, n);
     const int64_t sx = a.x.s1, sr = a.residual.s1, sy = a.y.s1;
-    const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + d0 * a.x.s2;
-    const T* rp = a.residual.p ? static_cast<const T*>(a.residual.p) + q.b * a.residual.s0 +
-                                     d0 * a.residual.s2
-                               : nullptr;
-    T* yp = static_cast<T*>(a.y.p) + q.b * a.y.s0 + d0 * a.y.s2;
+    const T* xp = row_ptr<const T>(a.x, q.b, d0);
+    const T* rp = row_ptr<const T>(a.residual, q.b, d0);
+    T* yp = row_ptr<T>(a.y, q.b, d0);
     load_window<T, CH>(a, q, h0row, xp, sx, d0, t, kpad, sl);
     const int64_t tok = t;
     const T* xq = xp + tok * sx;
@@ -284,12 +280,10 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   using M = MathOf<T>;
   constexpr int VEC = CmTraits::vec(sizeof(T));
   constexpr int H = WMAX - 1;
-  constexpr int64_t kChunk = int64_t(CmTraits::kWarp) * VEC;
-  using P = Pack<T, VEC>;
   const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t wid = gid >> 5;
   const int lane = int(gid & 31);
-  if (wid >= a.B * a.D * a.tiles_per_row) return;  // whole warps only
+  if (wid >= a.B * a.D * a.tiles_per_row) return;
   const int64_t row = wid / a.tiles_per_row, tile = wid - row * a.tiles_per_row;
   const int64_t b = row / a.D, d = row - b * a.D;
   const int W = a.W;
@@ -303,47 +297,35 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   const A bs = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
   const Seq q{b, 0, a.T, ring_of(a, b)};
   const int64_t h0row = h0_row_of(a, b);
-  const T* xr = static_cast<const T*>(a.x.p) + b * a.x.s0 + d * a.x.s2;
-  const T* rr = a.residual.p ? static_cast<const T*>(a.residual.p) + b * a.residual.s0 +
-                                   d * a.residual.s2
-                             : nullptr;
-  T* yr = static_cast<T*>(a.y.p) + b * a.y.s0 + d * a.y.s2;
-  const int64_t tb = tile * a.tile_t;
-  const int64_t tend = tb + a.tile_t < a.T ? tb + a.tile_t : a.T;
-  // The next chunk's vectors are loaded one chunk ahead (two in flight).
-  P nx = P::zero(), nr = P::zero();
-  auto fetch = [&](int64_t t0) {
-    const bool in = t0 < tend;
-    nx = in ? ldp<T, VEC>(xr + t0) : P::zero();
-    nr = in && rr ? ldp<T, VEC>(rr + t0) : P::zero();
-  };
-  fetch(tb + int64_t(lane) * VEC);
-  A xp[VEC];
+  const T* xr = row_ptr<const T>(a.x, b, d);
+  const T* rr = row_ptr<const T>(a.residual, b, d);
+  T* yr = row_ptr<T>(a.y, b, d);
+  const int64_t tend = (tile + 1) * a.tile_t < a.T ? (tile + 1) * a.tile_t : a.T;
+  for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; t0 < tend; t0 += 32 * VEC) {
+    const Pack<T, VEC> xv = ldp<T, VEC>(xr + t0);
+    Pack<T, VEC> rv = Pack<T, VEC>::zero();
+    if (rr) rv = ldp<T, VEC>(rr + t0);
+    A u[H + VEC];  // u[H + i] = x[t0 + i]; u[H - 1 - i] = u(t0 - 1 - i)
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) xp[i] = A(0);
-  for (int64_t base = tb; base < tend; base += kChunk) {  // warp-uniform
-    const int64_t t0 = base + int64_t(lane) * VEC;
-    const P xv = nx, rv = nr;
-    fetch(t0 + kChunk);
-    A xc[VEC], u[H + VEC];  // u[H + i] = x(t0 + i), u[H - 1 - i] = u(t0 - 1 - i)
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) u[H + i] = xc[i] = xv.get(i);
-    cm_window<T, H, VEC>(a, q, h0row, d, xr, t0, lane, base == tb, xc, xp, u);
-    if (t0 < tend) {
-      A out[VEC];
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        A acc = bs;  // bias, then taps oldest -> newest (j = W-1 .. 0): the order of every path
-#pragma unroll
-        for (int j = WMAX - 1; j >= 0; --j)
-          if (j < W) acc = fma(wr[j], u[H + i - j], acc);
-        out[i] = act.value(acc);
-        if (rr) out[i] += rv.get(i);
-      }
-      stp<T, VEC>(yr + t0, P::make(out));
+    for (int i = 0; i < H; ++i) {
+      const int64_t tok = t0 - 1 - i;
+      A v = A(0);
+      if (i < W - 1) v = tok >= 0 ? to_f(xr[tok]) : load_u<A>(a, q, h0row, d, a.S + tok);
+      u[H - 1 - i] = v;
     }
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) xp[i] = xc[i];
+    for (int i = 0; i < VEC; ++i) u[H + i] = xv.get(i);
+    A out[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      A acc = bs;  // bias, then taps oldest -> newest (j = W-1 .. 0): the order of every path
+#pragma unroll
+      for (int j = WMAX - 1; j >= 0; --j)
+        if (j < W) acc = fma(wr[j], u[H + i - j], acc);
+      out[i] = act.value(acc);
+      if (rr) out[i] += rv.get(i);
+    }
+    stp<T, VEC>(yr + t0, Pack<T, VEC>::make(out));
   }
 }
 
