@@ -7,7 +7,9 @@
 //    states and every gradient -- and padding tokens' values (NaN, inf, huge)
 //    change nothing else;
 //  - chunked prefill: the batch cut in time, each chunk updating the state
-//    pool (rows by id) in place, equals the whole call bitwise.
+//    pool (rows by id) in place, equals the whole call bitwise;
+//  - bitwise across thread counts, runs and tiles; the shapes of the CUDA
+//    backend's full-window instances.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -69,6 +71,33 @@ TEST_P(SeqIdx, EveryForcedTileAgainstTheOracle) {
       c.seq_idx_cm = tile % 3 == 1;
       c.layout = Layout(tile % 3);
       c.act_dtype = tile % 5 == 4 ? SC_BF16 : SC_F32;
+      c.seed = rng();
+      const Inputs in = make_inputs(c);
+      const Outputs ref = run(c, in, SC_BACKEND_REF);
+      ASSERT_TRUE(ref.ok()) << ref.problems();
+      EXPECT_EQ(compare(c, run(c, in, GetParam()), ref), "") << c.describe();
+    }
+}
+
+// The shapes the CUDA backend's full-window instances take (16-bit, W == WMAX,
+// SiLU, token-major vectors; the backward's from 64-token tiles), with long
+// runs crossing tiles, padding between them and states by id.
+TEST_P(SeqIdx, FullWindowShapesAgainstTheOracle) {
+  std::mt19937_64 rng(5005);
+  for (int W : {4, 8})
+    for (int64_t tile : {int64_t(0), int64_t(64), int64_t(128)}) {
+      Case c;
+      c.W = W;
+      c.S = W - 1;
+      c.B = 2;
+      c.T = 301;
+      c.D = 16;
+      c.tile_t = tile;
+      c.act_dtype = W == 4 ? SC_BF16 : SC_F16;
+      c.param_dtype = SC_F32;
+      c.seq_idx = cycled_ids(c.B, c.T, {150, 3, 97, 1, 64}, 4, &c.id_rows);
+      c.h0 = c.ht = c.dht = c.want_dh0 = true;
+      c.residual = tile == 64;
       c.seed = rng();
       const Inputs in = make_inputs(c);
       const Outputs ref = run(c, in, SC_BACKEND_REF);
@@ -145,6 +174,46 @@ TEST_P(SeqIdx, PaddingValuesChangeNothing) {
     EXPECT_TRUE(bit_equal(a.dweight, b.dweight)) << "dweight " << c.describe();
     EXPECT_TRUE(bit_equal(a.dbias, b.dbias)) << "dbias " << c.describe();
     EXPECT_TRUE(bit_equal(a.dh0, b.dh0)) << "dinitial_state " << c.describe();
+  }
+}
+
+// Results independent of the thread count and repeated runs (every output
+// bitwise), and of the tiling (y, final states, dx, dinitial_state bitwise:
+// each is one fixed-order sum whatever tile computes it).
+TEST_P(SeqIdx, BitwiseAcrossThreadsRunsAndTiles) {
+  std::mt19937_64 rng(5006);
+  for (int trial = 0; trial < 2; ++trial) {
+    Case c;
+    c.W = trial % 2 ? 4 : 6;
+    c.S = c.W;
+    c.B = 3;
+    c.T = 150;
+    c.D = 37;
+    c.seq_idx = cycled_ids(c.B, c.T, {60, 1, 3, 45, int64_t(c.W)}, 3, &c.id_rows);
+    c.h0 = c.ht = c.dht = c.want_dh0 = c.residual = true;
+    c.act_dtype = trial == 0 ? SC_F32 : SC_BF16;
+    c.seed = rng();
+    const Inputs in = make_inputs(c);
+    const Outputs first = run(c, in, GetParam());
+    ASSERT_TRUE(first.ok()) << first.problems();
+    for (int threads : {1, 2, 3, 0}) {
+      c.num_threads = threads;
+      const Outputs o = run(c, in, GetParam());
+      ASSERT_TRUE(o.ok()) << o.problems();
+      EXPECT_TRUE(bit_equal(o.y, first.y) && bit_equal(o.ht, first.ht) &&
+                  bit_equal(o.dx, first.dx) && bit_equal(o.dweight, first.dweight) &&
+                  bit_equal(o.dbias, first.dbias) && bit_equal(o.dh0, first.dh0))
+          << "threads=" << threads << " " << c.describe();
+    }
+    for (int64_t tile : {1, 7, 64}) {
+      c.tile_t = tile;
+      c.tile_d = tile == 7 ? 5 : 0;
+      const Outputs o = run(c, in, GetParam());
+      ASSERT_TRUE(o.ok()) << o.problems();
+      EXPECT_TRUE(bit_equal(o.y, first.y) && bit_equal(o.ht, first.ht) &&
+                  bit_equal(o.dx, first.dx) && bit_equal(o.dh0, first.dh0))
+          << "tile_t=" << tile << " " << c.describe();
+    }
   }
 }
 
