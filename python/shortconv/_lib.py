@@ -123,17 +123,23 @@ TENSOR_FIELDS = (
 )
 
 
+# Tensor fields after pad_index (sequence ids).
+TENSOR_FIELDS_AFTER_PAD = ("seq_idx",)
+
+
 class _Args(ctypes.Structure):
     _fields_ = (
         [("struct_size", ctypes.c_uint32), ("width", ctypes.c_int32),
          ("state_len", ctypes.c_int32), ("activation", ctypes.c_int32)]
         + [(name, _Tensor) for name in TENSOR_FIELDS]
-        + [("pad_index", ctypes.c_int64), ("exec", _Exec)]
+        + [("pad_index", ctypes.c_int64)]
+        + [(name, _Tensor) for name in TENSOR_FIELDS_AFTER_PAD]
+        + [("exec", _Exec)]
     )
 
 
 ARGS_SIZE = ctypes.sizeof(_Args)
-OFF = {name: getattr(_Args, name).offset for name in TENSOR_FIELDS}
+OFF = {name: getattr(_Args, name).offset for name in TENSOR_FIELDS + TENSOR_FIELDS_AFTER_PAD}
 _SCALARS_OFF = _Args.width.offset
 _EXEC_OFF = _Args.exec.offset
 _PAD_OFF = _Args.pad_index.offset

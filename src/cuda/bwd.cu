@@ -23,6 +23,9 @@
 //   workspace, then a per-(channel, tile) gather; one partial row per tile.
 // - state_bwd<A>: one thread per (sequence, channel) writes dh0_n[0..S),
 //   recomputing dpre for the first W-1 tokens (zero-length sequences included).
+//   seq_idx: zero_dh0 (every row), then state_bwd_ids (the runs' rows).
+// - seq_idx: the tiles are on the flat B*T axis; the walker (common.cuh) finds
+//   the runs; padding runs write dx = 0 and add no partial.
 // - reduce_parts<A>: one thread per (channel, tap) sums the partial rows in
 //   index order and rounds once into dweight / dbias: deterministic.
 #include <algorithm>
@@ -121,11 +124,15 @@ struct TmBwd {
   template <bool FULL>
   __device__ void segment(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
                           int64_t e) {
-    const int64_t h0row = h0_row_of(a, n);
     const int64_t sx = a.x.s1, sg = a.dy.s1, sd = a.dx.s1;
+    T* dp = row_ptr<T>(a.dx, q.b, d0);
+    if (q.pad) {  // a padding run of seq_idx: dx = 0, no partial, no state term
+      for (int64_t tok = t; dp && tok < e; ++tok) stp<T, CH>(dp + tok * sd, P::zero());
+      return;
+    }
+    const int64_t h0row = h0_row_of(a, n), dhtrow = dht_row_of(a, n);
     const T* xp = row_ptr<const T>(a.x, q.b, d0);
     const T* gp = row_ptr<const T>(a.dy, q.b, d0);  // (dy present: dx_from_dht handles its absence)
-    T* dp = row_ptr<T>(a.dx, q.b, d0);
     const P zero = P::zero();
     load_window<T, CH>(a, q, h0row, xp, sx, d0, t, kpad, sl);
 #pragma unroll
@@ -134,7 +141,7 @@ struct TmBwd {
       for (int c = 0; c < CH; ++c) dh[i][c] = A(0);
     const int64_t send = q.s + q.L, stop = e + H;
     const int64_t fast_begin = t + H;  // first t' whose dx token is in the tile
-    const int64_t dht_from = send - a.S + H;  // first t' whose dx token takes dht
+    const int64_t dht_from = dhtrow >= 0 ? send - a.S + H : stop;  // first t' whose dx token takes dht
     const int64_t fast_end = e < dht_from ? e : dht_from;
     // Generic step: any t' (look-ahead, warm-up, dht tokens, tails).  Past the
     // sequence's end nothing is loaded and the taps reading dpre rows past
@@ -154,9 +161,9 @@ struct TmBwd {
 #pragma unroll
       for (int c = 0; c < CH; ++c) {
         A v = dxo[c];
-        if (a.dht.p && tout - q.s >= q.L - a.S)
+        if (dhtrow >= 0 && tout - q.s >= q.L - a.S)
           v += ld<A>(a.dht.p, a.dht.dt,
-                     n * a.dht.s0 + (d0 + c) * a.dht.s1 + (a.S + tout - q.s - q.L) * a.dht.s2);
+                     dhtrow * a.dht.s0 + (d0 + c) * a.dht.s1 + (a.S + tout - q.s - q.L) * a.dht.s2);
         out[c] = v;
       }
       stp<T, CH>(dp + tout * sd, P::make(out));
@@ -313,7 +320,7 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
     dwr[j] = A(0);
   }
   const A bs = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
-  const Seq q{b, 0, a.T, ring_of(a, b)};
+  const Seq q{b, 0, a.T, ring_of(a, b), false};
   const int64_t h0row = h0_row_of(a, b);
   const T* xr = row_ptr<const T>(a.x, b, d);
   const T* gr = row_ptr<const T>(a.dy, b, d);  // (dy present: dx_from_dht handles its absence)
@@ -467,6 +474,7 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
   if (!general_coords(a, &tile, &d, &b, &tb, &te)) return;
   A* dp = static_cast<A*>(a.dpre);
   for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
+    if (q.pad) return;  // (padding: no dpre is read)
     const int64_t h0row = h0_row_of(a, n);
     for (int64_t tok = t; tok < e; ++tok)
       dp[(q.b * a.T + tok) * a.D + d] = dpre_at<A>(a, q, h0row, d, tok - q.s);
@@ -487,8 +495,13 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
     if (k == a.W + 1 && !a.dx.p) break;
     A acc = A(0);
     for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
+      if (q.pad) {  // a padding run of seq_idx: dx = 0, no partial
+        for (int64_t tok = t; k == a.W + 1 && tok < e; ++tok)
+          st<A>(a.dx.p, a.dx.dt, q.b * a.dx.s0 + tok * a.dx.s1 + d * a.dx.s2, A(0));
+        return;
+      }
       const int64_t send = q.s + q.L, rowoff = q.b * a.T;
-      const int64_t h0row = h0_row_of(a, n);
+      const int64_t h0row = h0_row_of(a, n), dhtrow = dht_row_of(a, n);
       for (int64_t tok = t; tok < e; ++tok) {
         if (k < a.W) {
           acc = fma(dp[(rowoff + tok) * a.D + d],
@@ -503,8 +516,8 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
               v = fma(ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + kk * a.weight.s1),
                       dp[(rowoff + src) * a.D + d], v);
           }
-          if (a.dht.p && tok - q.s >= q.L - a.S)
-            v += ld<A>(a.dht.p, a.dht.dt, n * a.dht.s0 + d * a.dht.s1 + (a.S + tok - q.s - q.L) * a.dht.s2);
+          if (dhtrow >= 0 && tok - q.s >= q.L - a.S)
+            v += ld<A>(a.dht.p, a.dht.dt, dhtrow * a.dht.s0 + d * a.dht.s1 + (a.S + tok - q.s - q.L) * a.dht.s2);
           st<A>(a.dx.p, a.dx.dt, q.b * a.dx.s0 + tok * a.dx.s1 + d * a.dx.s2, v);
         }
       }
@@ -515,15 +528,12 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
 
 // ---- initial-state gradient ------------------------------------------------------------
 
+// dh0 of sequence q (its h0 row, dht row; -1: none) for channel d into row
+// `out` of dinitial_state: the dpre of its first W-1 tokens recomputed.
 template <class A>
-__global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocksPerSm)
-    state_bwd(const Args a) {
+__device__ __forceinline__ void write_dh0(const Args& a, const Seq& q, int64_t h0row,
+                                          int64_t dhtrow, int64_t out, int64_t d) {
   constexpr int kCache = SmallTraits::kDpreCache;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= a.N * a.D) return;
-  const int64_t n = i / a.D, d = i - n * a.D;
-  const Seq q = seq_of(a, n);
-  const int64_t h0row = h0_row_of(a, n);
   const int64_t off = a.S - (a.W - 1);
   // tokens whose window reaches h0 (none without dy: no dpre term, semantics §2)
   const int64_t nd = !a.dy.p ? 0 : q.L < a.W - 1 ? q.L : a.W - 1;
@@ -541,8 +551,59 @@ __global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocks
         du = fma(ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + k * a.weight.s1), dpv, du);
       }
     }
-    if (a.dht.p && j >= q.L) du += ld<A>(a.dht.p, a.dht.dt, n * a.dht.s0 + d * a.dht.s1 + (j - q.L) * a.dht.s2);
-    st<A>(a.dh0.p, a.dh0.dt, n * a.dh0.s0 + d * a.dh0.s1 + j * a.dh0.s2, du);
+    if (dhtrow >= 0 && j >= q.L)
+      du += ld<A>(a.dht.p, a.dht.dt, dhtrow * a.dht.s0 + d * a.dht.s1 + (j - q.L) * a.dht.s2);
+    st<A>(a.dh0.p, a.dh0.dt, out * a.dh0.s0 + d * a.dh0.s1 + j * a.dh0.s2, du);
+  }
+}
+
+template <class A>
+__global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocksPerSm)
+    state_bwd(const Args a) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.N * a.D) return;
+  const int64_t n = i / a.D, d = i - n * a.D;
+  write_dh0<A>(a, seq_of(a, n), h0_row_of(a, n), dht_row_of(a, n), n, d);
+}
+
+// seq_idx: every dinitial_state element 0 (rows of ids that do not occur keep
+// it; state_bwd_ids then writes the rows of the runs, later on the stream).
+template <class A>
+__global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocksPerSm)
+    zero_dh0(const Args a) {
+  const int64_t count = a.dh0.n0 * a.D * a.S;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = i % a.S, rd = i / a.S, d = rd % a.D, r = rd / a.D;
+    st<A>(a.dh0.p, a.dh0.dt, r * a.dh0.s0 + d * a.dh0.s1 + j * a.dh0.s2, A(0));
+  }
+}
+
+// seq_idx: dh0 of every real run into its id's row (state_fwd_ids' geometry:
+// one ballot finds the runs starting in the block's tokens).  The run length
+// is resolved up to max(S, W-1) tokens, all that dh0 reads of it.
+template <class A>
+__global__ void __launch_bounds__(IdStateTraits::kThreads, IdStateTraits::kMinBlocksPerSm)
+    state_bwd_ids(const Args a) {
+  const int lane = int(threadIdx.x & 31);
+  const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  const int64_t g = int64_t(blockIdx.x) * IdStateTraits::kTokens + lane;
+  const int64_t reach = a.S > a.W - 1 ? a.S : a.W - 1;
+  int64_t id = -1, len = 0;
+  if (g < a.B * a.T) {
+    const int64_t b = g / a.T, t = g - b * a.T;
+    id = sid_at(a, b, t);
+    const bool start = t == 0 || sid_at(a, b, t - 1) != id;
+    if (!start || id < 0 || id >= a.dh0.n0) id = -1;
+    for (len = 1; id >= 0 && len < reach && t + len < a.T && sid_at(a, b, t + len) == id;) ++len;
+  }
+  for (unsigned m = __ballot_sync(0xffffffffu, id >= 0); m; m &= m - 1) {
+    const int l = __ffs(m) - 1;
+    const int64_t i = __shfl_sync(0xffffffffu, id, l), L = __shfl_sync(0xffffffffu, len, l);
+    if (d >= a.D) continue;
+    const int64_t gs = int64_t(blockIdx.x) * IdStateTraits::kTokens + l, b = gs / a.T;
+    const Seq q{b, gs - b * a.T, L, 0, false};
+    write_dh0<A>(a, q, a.h0.p && i < a.h0.n0 ? i : -1, dht_row_of(a, i), i, d);
   }
 }
 
@@ -559,12 +620,20 @@ __global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocks
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t d = i % a.D, bt = i / a.D, tok = bt % a.T, b = bt / a.T;
-    const int64_t n = a.packed ? find_seq(a, tok) : b;
-    const Seq q = seq_of(a, n);
     A v = A(0);
-    if (a.dht.p && tok - q.s >= q.L - a.S)
-      v = ld<A>(a.dht.p, a.dht.dt, n * a.dht.s0 + d * a.dht.s1 + (a.S + tok - q.s - q.L) * a.dht.s2);
-    st<A>(a.dx.p, a.dx.dt, q.b * a.dx.s0 + tok * a.dx.s1 + d * a.dx.s2, v);
+    if (a.sid.p) {  // seq_idx: the run's end, if within S tokens (padding: 0)
+      const int64_t id = sid_at(a, b, tok), row = id >= 0 ? dht_row_of(a, id) : -1;
+      int64_t end = tok + 1;
+      while (row >= 0 && end < a.T && end - tok <= a.S && sid_at(a, b, end) == id) ++end;
+      if (row >= 0 && end - tok <= a.S)
+        v = ld<A>(a.dht.p, a.dht.dt, row * a.dht.s0 + d * a.dht.s1 + (a.S + tok - end) * a.dht.s2);
+    } else {
+      const int64_t n = a.packed ? find_seq(a, tok) : b;
+      const Seq q = seq_of(a, n);
+      if (a.dht.p && tok - q.s >= q.L - a.S)
+        v = ld<A>(a.dht.p, a.dht.dt, n * a.dht.s0 + d * a.dht.s1 + (a.S + tok - q.s - q.L) * a.dht.s2);
+    }
+    st<A>(a.dx.p, a.dx.dt, b * a.dx.s0 + tok * a.dx.s1 + d * a.dx.s2, v);
   }
 }
 
@@ -616,7 +685,16 @@ cudaError_t launch_rest(const Problem& p, int64_t parts, const Args& a, Launch* 
     const cudaError_t e = l->small("reduce_parts", reduce_parts<A>, p.D * (p.W + 1), a, parts);
     if (e != cudaSuccess) return e;
   }
-  if (p.dh0 && p.N > 0 && p.D > 0 && p.S > 0) return l->small("state_bwd", state_bwd<A>, p.N * p.D, a);
+  if (!p.dh0 || p.D == 0 || p.S == 0) return cudaSuccess;
+  if (p.seq_idx) {
+    const int64_t count = p.dh0.shape[0] * p.D * p.S;
+    if (count == 0) return cudaSuccess;
+    const cudaError_t e = l->small("zero_dh0", zero_dh0<A>,
+                                   std::min<int64_t>(count, SmallTraits::kMaxGridThreads), a);
+    if (e != cudaSuccess || p.B * p.T == 0) return e;
+    return l->ids("state_bwd_ids", state_bwd_ids<A>, p.B * p.T, p.D, a);
+  }
+  if (p.N > 0) return l->small("state_bwd", state_bwd<A>, p.N * p.D, a);
   return cudaSuccess;
 }
 

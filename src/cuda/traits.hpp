@@ -115,6 +115,17 @@ struct SmallTraits {
   static_assert(kDpreCache >= kMaxFastW, "the fast paths' windows fit the cache");
 };
 
+// state_fwd_ids / state_bwd_ids (seq_idx): a block's warps share kTokens
+// consecutive tokens of the flat B*T axis (one warp ballot finds the runs
+// ending / starting there), each thread one channel of their state rows:
+// grid = (tokens / kTokens) x (D / kThreads).
+struct IdStateTraits {
+  static constexpr int kTokens = 32;  // one ballot: a lane per token
+  static constexpr int kThreads = 128;
+  static constexpr int kMinBlocksPerSm = 0;  // no register cap
+  static_assert(kThreads % 32 == 0, "a block is whole warps");
+};
+
 // CUDA grid limits the planner checks (grid.x is the tile axis, grid.y the
 // channel-group axis).
 constexpr int64_t kMaxGridX = 2147483647;
