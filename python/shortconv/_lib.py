@@ -130,17 +130,23 @@ TENSOR_FIELDS = (
 )
 
 
+# Tensor fields after pad_index (sequence ids).
+TENSOR_FIELDS_AFTER_PAD = ("seq_idx",)
+
+
 class _Args(ctypes.Structure):
     _fields_ = (
         [("struct_size", ctypes.c_uint32), ("width", ctypes.c_int32),
          ("state_len", ctypes.c_int32), ("activation", ctypes.c_int32)]
         + [(name, _Tensor) for name in TENSOR_FIELDS]
-        + [("pad_index", ctypes.c_int64), ("exec", _Exec)]
+        + [("pad_index", ctypes.c_int64)]
+        + [(name, _Tensor) for name in TENSOR_FIELDS_AFTER_PAD]
+        + [("exec", _Exec)]
     )
 
 
 ARGS_SIZE = ctypes.sizeof(_Args)
-OFF = {name: getattr(_Args, name).offset for name in TENSOR_FIELDS}
+OFF = {name: getattr(_Args, name).offset for name in TENSOR_FIELDS + TENSOR_FIELDS_AFTER_PAD}
 _SCALARS_OFF = _Args.width.offset
 _EXEC_OFF = _Args.exec.offset
 _PAD_OFF = _Args.pad_index.offset
@@ -273,6 +279,7 @@ else:  # pragma: no cover - very old torch
 
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 _empty = torch.empty
+_zeros = torch.zeros
 _empty_like = torch.empty_like
 _Storage = torch.UntypedStorage
 
@@ -464,9 +471,10 @@ class Call:
         self._describe(field, t, shape, strides)
         return t
 
-    def out_new(self, field, shape, dtype):
-        """A new contiguous output."""
-        t = _empty(shape, dtype=dtype, device=self.device)
+    def out_new(self, field, shape, dtype, zeros=False):
+        """A new contiguous output (zero-filled when ``zeros``: rows the library may leave
+        unwritten)."""
+        t = (_zeros if zeros else _empty)(shape, dtype=dtype, device=self.device)
         self._describe(field, t, tuple(shape), contiguous_strides(shape))
         return t
 

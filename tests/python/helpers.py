@@ -86,7 +86,7 @@ def library_calls():
 
     def read(args):
         out = {}
-        for field in _lib.TENSOR_FIELDS:
+        for field in _lib.TENSOR_FIELDS + getattr(_lib, "TENSOR_FIELDS_AFTER_PAD", ()):
             v = desc.unpack(ctypes.string_at(args + _lib.OFF[field], desc.size))
             ptr, nd = v[0], v[2]
             if nd:

@@ -217,23 +217,26 @@ def test_dao_fn_follows_x(channel_first, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_dao_fn_seq_idx_layouts(device):
-    """seq_idx: a one-row batch keeps x's layout (its packed batch is a view); B > 1
-    channel-first rows are packed token-major (a copy of x), and out is the packed
-    layout's (channel-last)."""
+@pytest.mark.parametrize("channel_first", [True, False])
+def test_dao_fn_seq_idx_follows_x(channel_first, device):
+    """seq_idx goes to the core with x as it is: out and dx in x's layout."""
     kw = dict(dtype=torch.float32, device=device)
+    x = (_rand(B, D, T, seed=46, **kw) if channel_first
+         else _rand(B, T, D, seed=46, **kw).transpose(1, 2)).requires_grad_()
     w = _rand(D, W, seed=45, **kw)
-    seq1 = torch.tensor([[0] * 5 + [1] * (T - 5)], device=device, dtype=torch.int32)
-    x1 = _rand(1, D, T, seed=46, **kw)
-    out1 = dao.causal_conv1d_fn(x1, w, seq_idx=seq1, activation="silu")
-    assert significant_strides(out1) == significant_strides(x1)
-    x2 = _rand(2, D, T, seed=47, **kw)
-    seq2 = torch.cat([seq1, seq1 + 2])
-    out2 = dao.causal_conv1d_fn(x2, w, seq_idx=seq2, activation="silu")
-    assert out2.transpose(1, 2).is_contiguous()
-    ref = dao.causal_conv1d_fn(x2.transpose(1, 2).contiguous().transpose(1, 2), w,
-                               seq_idx=seq2, activation="silu")
-    assert torch.equal(out2, ref)
+    row = [0] * 5 + [1] * (T - 7) + [-1] * 2
+    seq = torch.tensor([row, [r + 2 if r >= 0 else r for r in row]], device=device,
+                       dtype=torch.int32)
+    out = dao.causal_conv1d_fn(x, w, seq_idx=seq, activation="silu")
+    assert out.stride() == x.stride()
+    dout = _rand(B, D, T, seed=47, **kw)
+    dx, = torch.autograd.grad(out, [x], dout)
+    assert dx.stride() == x.stride()
+    xr = (x.detach().transpose(1, 2).contiguous().transpose(1, 2) if channel_first
+          else x.detach().contiguous()).requires_grad_()  # the other layout
+    ref = dao.causal_conv1d_fn(xr, w, seq_idx=seq, activation="silu")
+    dxr, = torch.autograd.grad(ref, [xr], dout)
+    assert torch.equal(out, ref) and torch.equal(dx, dxr)
 
 
 @pytest.mark.parametrize("device", DEVICES)
