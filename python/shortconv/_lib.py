@@ -517,28 +517,27 @@ class Call:
             if len(_WS_BYTES) >= _WS_BYTES_MAX:
                 _WS_BYTES.clear()
             _WS_BYTES[key] = nbytes
-        ws = self._workspace(nbytes)
-        base = self.base
-        status = run(base, base + ERR_OFF)
-        if status == SC_ERR_WORKSPACE and cached:  # a size the signature did not determine
-            nbytes = _WS_BYTES[key] = self._query(query)
-            ws = self._workspace(nbytes)
+        while True:
+            # scratch from torch's allocator (a storage: the cheapest allocation); it may be
+            # freed when the call returns: the caching allocator hands it out again only for
+            # work queued later on the same stream (or, inside a CUDA-graph capture, later in
+            # the same graph)
+            ws = None
+            if nbytes:
+                ws = (_Storage(nbytes) if self.cuda_index < 0
+                      else _Storage(nbytes, device=self.device))
+                _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, ws.data_ptr(), nbytes)
+            else:
+                _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, 0, 0)
+            base = self.base
             status = run(base, base + ERR_OFF)
-        if status:
-            self._raise(status)
-        # The workspace may be freed now: the caching allocator hands it out
-        # again only for work queued later on the same stream (or, inside a
-        # CUDA-graph capture, later in the same graph).
-        del ws
-
-    def _workspace(self, nbytes):
-        """Scratch of nbytes from torch's allocator (a storage: the cheapest allocation)."""
-        if not nbytes:
-            _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, 0, 0)
-            return None
-        ws = _Storage(nbytes) if self.cuda_index < 0 else _Storage(nbytes, device=self.device)
-        _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, ws.data_ptr(), nbytes)
-        return ws
+            if status == SC_ERR_WORKSPACE and cached:  # a size the signature did not determine
+                nbytes = _WS_BYTES[key] = self._query(query)
+                cached = False
+                continue
+            if status:
+                self._raise(status)
+            return
 
     def run_forward(self):
         self._run(0, _sc_forward_ws, _sc_forward)

@@ -174,12 +174,12 @@ def _same_memory(seen, x, weight, bias, cu_seqlens, initial_state, seq_idx):
             and (initial_state is None or initial_state.data_ptr() == sh0[2]))
 
 
-def _backward_from(described, x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len,
-                   activation, need_dx, need_dweight, need_dbias, need_dinitial_state, seq_idx):
-    """backward_impl for the forward that kept ``described`` = (snapshot, seen): its inputs
-    are already described, when the saved tensors still hold the memory described then."""
+def _backward_from(snapshot, seen, x, weight, bias, initial_state, cu_seqlens, dy, dht,
+                   state_len, activation, need_dx, need_dweight, need_dbias, need_dinitial_state,
+                   seq_idx):
+    """backward_impl for the forward that took ``snapshot`` (and set() returned ``seen``):
+    its inputs are already described, when the saved tensors still hold that memory."""
     where = "shortconv.causal_conv1d (backward)"
-    snapshot, seen = described
     if snapshot is not None and _same_memory(seen, x, weight, bias, cu_seqlens, initial_state,
                                              seq_idx):
         c = Call.resume(where, snapshot)
@@ -283,14 +283,12 @@ class CausalConv1dFunction(torch.autograd.Function):
                 output_final_state, seq_idx=None, state_rows=0):
         c, seen = _call("shortconv.causal_conv1d", x, weight, bias, cu_seqlens, initial_state,
                         state_len, activation, seq_idx)
-        ctx.described = (c.snapshot(), seen)
+        snapshot = c.snapshot()
         y, final_state = _run_forward(c, seen, x, residual, initial_state, cu_seqlens,
                                       state_len, output_final_state, seq_idx, state_rows)
         ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens, seq_idx)
-        ctx.state_len = state_len
-        ctx.state_rows = state_rows
-        ctx.activation = activation
-        ctx.has_residual = residual is not None
+        # one attribute: each costs a dictionary entry on the node, set here and read back
+        ctx.meta = (snapshot, seen, state_len, activation, residual is not None)
         # An unused output's gradient arrives as None (absent in the ABI = zeros)
         # instead of a zero-filled tensor: one kernel and one allocation less.
         ctx.set_materialize_grads(False)
@@ -301,17 +299,18 @@ class CausalConv1dFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, dht=None):
         x, weight, bias, h0, cu, sid, dy, dht, need = _backward_grads(ctx, dy, dht)
+        snapshot, seen, state_len, activation, has_residual = ctx.meta
         want_db = need[2] and bias is not None
         want_dh0 = need[4] and h0 is not None
         if torch.is_grad_enabled():  # create_graph=True: a differentiable backward
             dx, dw, db, dh0 = CausalConv1dBackward.apply(
-                x, weight, bias, h0, cu, dy, dht, ctx.state_len, ctx.activation, need[0],
-                need[1], want_db, want_dh0, sid)
+                x, weight, bias, h0, cu, dy, dht, state_len, activation, need[0], need[1],
+                want_db, want_dh0, sid)
         else:
             dx, dw, db, dh0 = _backward_from(
-                ctx.described, x, weight, bias, h0, cu, dy, dht, ctx.state_len, ctx.activation,
+                snapshot, seen, x, weight, bias, h0, cu, dy, dht, state_len, activation,
                 need[0], need[1], want_db, want_dh0, sid)
-        dres = _dresidual(x, dy, sid) if ctx.has_residual and need[3] else None
+        dres = _dresidual(x, dy, sid) if has_residual and need[3] else None
         return dx, dw, db, dres, dh0, None, None, None, None, None, None
 
 

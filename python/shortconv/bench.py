@@ -319,14 +319,20 @@ def validation_only():
 
 
 def paired(a, b, device, budget_s):
-    """Per-call µs of a and b in interleaved rounds: medians, and the median of the
-    per-round differences a - b."""
+    """Per-call µs of a and b in interleaved rounds of about a millisecond (short rounds: on
+    a shared host a long one is rarely left alone): medians, the median of the per-round
+    differences a - b, and the difference of the fastest rounds."""
     for f in (a, b):
         for _ in range(20):
             f()
     sync(device)
+    t0 = time.perf_counter()
+    for _ in range(10):
+        a()
+    sync(device)
+    n = max(1, int(1e-3 / max((time.perf_counter() - t0) / 10, 1e-7)))
     ta, tb = [], []
-    n, spent = 20, 0.0
+    spent = 0.0
     while spent < budget_s or len(ta) < 5:
         for f, out in ((a, ta), (b, tb)):
             t0 = time.perf_counter()
@@ -338,7 +344,7 @@ def paired(a, b, device, budget_s):
             out.append(dt / n * 1e6)
     return dict(ours_us=statistics.median(ta), noop_us=statistics.median(tb),
                 own_us=statistics.median([x - y for x, y in zip(ta, tb)]),
-                own_min_us=min(ta) - min(tb), rounds=len(ta))
+                own_min_us=min(ta) - min(tb), rounds=len(ta), calls_per_round=n)
 
 
 def host_overhead(device, budget_s, W=4, dtype=torch.bfloat16):
@@ -440,6 +446,8 @@ def main(argv=None):
     ap.add_argument("--compile-mode", default=None,
                     help="torch.compile mode of the compiled row (default: torch's default)")
     ap.add_argument("--no-overhead", action="store_true", help="skip the host overhead")
+    ap.add_argument("--overhead-only", action="store_true",
+                    help="only the host overhead (no table, no compiled row)")
     ap.add_argument("--threads", type=int, help="CPU: torch.set_num_threads")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     a = ap.parse_args(argv)
@@ -484,6 +492,8 @@ def main(argv=None):
         if not a.json:
             print_row(r, bw)
 
+    if a.overhead_only:
+        shapes = []
     for s in shapes:
         for dt in s.dtypes:
             try:
@@ -495,7 +505,7 @@ def main(argv=None):
             elif cli_saved is not None:
                 r["cli"] = cli_saved.get((s.name, dt, s.W, s.layout))
             finish(r)
-    if not custom and not a.no_compile:
+    if not custom and not a.no_compile and not a.overhead_only:
         small = [s for s in shapes if (s.B, s.T, s.D) == SMALL][0]
         try:
             r = bench_compiled(small, "bf16", device, budget, a.compile_mode)
