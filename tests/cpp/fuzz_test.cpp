@@ -98,9 +98,14 @@ int64_t extent_elems(const sc_tensor& t) {  // max element offset + 1, 0 when em
   const int nd = t.ndim < SC_MAX_DIMS ? t.ndim : SC_MAX_DIMS;
   for (int i = 0; i < nd; ++i)  // empty first: an empty tensor's other strides may be huge
     if (t.shape[i] <= 0) return 0;
-  int64_t e = 0;
-  for (int i = 0; i < nd; ++i) e += (t.shape[i] - 1) * t.stride[i];
-  return e + 1;
+  int64_t e = 0;  // saturates at INT64_MAX: a mutated view's strides may be enormous
+  for (int i = 0; i < nd; ++i) {
+    int64_t step = 0;
+    if (__builtin_mul_overflow(t.shape[i] - 1, t.stride[i], &step) ||
+        __builtin_add_overflow(e, step, &e))
+      return INT64_MAX;
+  }
+  return e < INT64_MAX ? e + 1 : e;
 }
 
 class Rng {
@@ -437,9 +442,9 @@ void mutate(Rng& r, World& w) {
     case 19:  // a seq_idx entry: an id past the state rows, a second run, padding
       if (a.seq_idx.ndim == 2 && a.seq_idx.data && w.home[SID] == SID &&
           (a.seq_idx.dtype == SC_I32 || a.seq_idx.dtype == SC_I64) && a.seq_idx.shape[0] > 0 &&
-          a.seq_idx.shape[1] > 0 && a.seq_idx.shape[0] * a.seq_idx.shape[1] < 4096 &&
+          a.seq_idx.shape[1] > 0 && a.seq_idx.shape[0] < 4096 && a.seq_idx.shape[1] < 4096 &&
           a.seq_idx.stride[0] >= 0 && a.seq_idx.stride[1] >= 0 &&
-          extent_elems(a.seq_idx) * 8 <= int64_t(w.arena[SID].size())) {
+          extent_elems(a.seq_idx) <= int64_t(w.arena[SID].size()) / 8) {
         const int64_t b = r.uni(0, a.seq_idx.shape[0] - 1), i = r.uni(0, a.seq_idx.shape[1] - 1);
         const int64_t v = r.pick<int64_t>({-1, 0, 1, 1000, INT32_MAX});
         const int64_t off = b * a.seq_idx.stride[0] + i * a.seq_idx.stride[1];
