@@ -36,6 +36,11 @@ struct View {
   }
 };
 
+// Reads element i of a 1-D int32/int64 host tensor.
+int64_t load_index(const View& v, int64_t i);
+// Reads the int32/int64 host element at element offset `off` (any rank).
+int64_t load_index_at(const View& v, int64_t off);
+
 struct Problem {
   Dir dir = Dir::fwd;
   int W = 1;              // width
@@ -75,6 +80,12 @@ struct Problem {
   View ring;           // [N] int32/int64: state rows are rings, entry j at slot (ring[n] + j) mod S
   int64_t pad_index = -1;  // a state index meaning "no row", besides -1
 
+  // sequence ids (docs/semantics.md section 3): runs of one id in a row are the
+  // sequences, negative ids padding; N = B*T (the packed batch, empty after the
+  // last run); state tensors are pools whose row i is id i's (no state indices,
+  // flags or rings)
+  View seq_idx;        // [B, T] int32/int64
+
   bool state_in_place = false;  // ht is exactly h0's memory (aliased decode update)
 
   sc_exec exec{};
@@ -89,10 +100,12 @@ struct Problem {
   int64_t state_slot(int64_t n, int64_t j) const;
   // slot of final-state entry j (= u entry L_n + j) of sequence n in its row
   int64_t final_slot(int64_t n, int64_t j) const;
+  // seq_idx[b, t] (host memory)
+  int64_t seq_id(int64_t b, int64_t t) const {
+    return load_index_at(seq_idx, b * seq_idx.stride[0] + t * seq_idx.stride[1]);
+  }
 };
 
-// Reads element i of a 1-D int32/int64 host tensor.
-int64_t load_index(const View& v, int64_t i);
 // Reads element i of a 1-D bool/int32/int64 host tensor as 0 or 1.
 int64_t load_flag(const View& v, int64_t i);
 

@@ -5,7 +5,9 @@
 //   1. per sequence: the last W-1 initial-state entries -> halo (A), then
 //      forward: the final state; backward: dh0 of zero-length sequences.
 //      Reading h0 completely before writing ht (within the sequence's task)
-//      is what makes the aliased in-place state update correct.
+//      is what makes the aliased in-place state update correct.  (seq_idx:
+//      the runs are tabulated first; halos per state row, a barrier, then
+//      final states per run or dh0 zeros: id_states.)
 //   2. the tiles (cpu_kernels.hpp), any thread any tile: each output element
 //      belongs to exactly one tile, so the schedule cannot change results.
 //   3. backward: dweight/dbias = sum of the per-tile partials in chunk order
@@ -68,40 +70,53 @@ void pack_params(const Problem& p, const Plan& pl, int64_t L, A* wb) {
   }
 }
 
+// The last W-1 initial-state entries of sequence n (read from row r0, -1:
+// zeros) into its halo block h ([W-1][Dp]), channels [da, db).
+template <class A>
+void copy_halo(const Problem& p, const Plan& pl, A* h, int64_t n, int64_t r0, int64_t da,
+               int64_t db) {
+  const int W = p.W, S = p.S;
+  const int64_t Dp = pl.Dp;
+  for (int i = 0; i < W - 1; ++i)
+    for (int64_t d = da; d < db; ++d)
+      h[i * Dp + d] =
+          r0 >= 0 ? A(load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, p.state_slot(n, S - (W - 1) + i))))
+                  : A(0);
+  if (db == p.D)
+    for (int i = 0; i < W - 1; ++i)
+      for (int64_t d = p.D; d < Dp; ++d) h[i * Dp + d] = A(0);
+}
+
+// ht[j] = u[L+j] of sequence n into row r1 (reading h0 row r0, -1: zeros),
+// channels [da, db).  Ascending j reads h0[L+j] (>= j) before ht[j] is
+// written, so ht may be h0's own row.  With ring rows ht[j] goes to the slot
+// of entry L+j, the one h0[L+j] was read from; later j read others.
+void final_state(const Problem& p, const Seqs& sq, int64_t n, int64_t r0, int64_t r1, int64_t da,
+                 int64_t db) {
+  const int S = p.S;
+  const int64_t Ln = sq.len(n), xb = Ln > 0 ? sq.base(p.x, n) : 0;
+  for (int64_t d = da; d < db; ++d)
+    for (int j = 0; j < S; ++j) {
+      const int64_t pos = Ln + j;
+      double v = 0.0;
+      if (pos < S)
+        v = r0 >= 0 ? load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, p.state_slot(n, pos))) : 0.0;
+      else
+        v = load_f64(p.x.data, p.x.dtype, xb + (pos - S) * p.x.stride[1] + d * p.x.stride[2]);
+      store_f64(p.ht.data, p.ht.dtype, p.ht.off(r1, d, p.final_slot(n, j)), v);
+    }
+}
+
 // 1, for sequence n and channels [da, db): the halo, then (forward) the final
 // state or (backward) dh0 of a zero-length sequence.
 template <class A>
-void sequence_states(const Problem& p, const Plan& pl, A* halo, int64_t n, int64_t da, int64_t db) {
-  const int W = p.W, S = p.S;
-  const int64_t Dp = pl.Dp, r0 = p.h0_row(n), Ln = p.seq_len(n);
-  if (halo) {
-    A* h = halo + n * (W - 1) * Dp;  // [W-1][Dp]
-    for (int i = 0; i < W - 1; ++i)
-      for (int64_t d = da; d < db; ++d)
-        h[i * Dp + d] =
-            r0 >= 0 ? A(load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, p.state_slot(n, S - (W - 1) + i))))
-                    : A(0);
-    if (db == p.D)
-      for (int i = 0; i < W - 1; ++i)
-        for (int64_t d = p.D; d < Dp; ++d) h[i * Dp + d] = A(0);
-  }
+void sequence_states(const Problem& p, const Plan& pl, const Seqs& sq, A* halo, int64_t n,
+                     int64_t da, int64_t db) {
+  const int S = p.S;
+  const int64_t r0 = p.h0_row(n), Ln = p.seq_len(n);
+  if (halo) copy_halo(p, pl, halo + n * (p.W - 1) * pl.Dp, n, r0, da, db);
   if (p.dir == Dir::fwd) {
-    // ht[j] = u[L+j]; ascending j reads h0[L+j] (>= j) before ht[j] is
-    // written, so ht may be h0's own row.  With ring rows ht[j] goes to the
-    // slot of entry L+j, the one h0[L+j] was read from; later j read others.
-    const int64_t r1 = p.ht_row(n);
-    if (r1 < 0) return;
-    const int64_t xb = seq_base(p, p.x, n);
-    for (int64_t d = da; d < db; ++d)
-      for (int j = 0; j < S; ++j) {
-        const int64_t pos = Ln + j;
-        double v = 0.0;
-        if (pos < S)
-          v = r0 >= 0 ? load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, p.state_slot(n, pos))) : 0.0;
-        else
-          v = load_f64(p.x.data, p.x.dtype, xb + (pos - S) * p.x.stride[1] + d * p.x.stride[2]);
-        store_f64(p.ht.data, p.ht.dtype, p.ht.off(r1, d, p.final_slot(n, j)), v);
-      }
+    if (const int64_t r1 = p.ht_row(n); r1 >= 0) final_state(p, sq, n, r0, r1, da, db);
   } else if (p.dh0 && Ln == 0) {  // dh0 = dht for a zero-length sequence
     for (int64_t d = da; d < db; ++d)
       for (int j = 0; j < S; ++j)
@@ -110,19 +125,72 @@ void sequence_states(const Problem& p, const Plan& pl, A* halo, int64_t n, int64
   }
 }
 
+constexpr int64_t kStateBlock = 64;  // channels per state task
+
 // 1: states, per (sequence, channel block); work only when states are read
 // for the tiles or written.
 template <class A>
-void states(const Problem& p, const Plan& pl, A* halo) {
-  constexpr int64_t kStateBlock = 64;  // channels per task
+void states(const Problem& p, const Plan& pl, const Seqs& sq, A* halo) {
   const int64_t n_sblocks = ceil_div(p.D, kStateBlock);
   const bool state_work = pl.halo || (p.dir == Dir::fwd ? bool(p.ht) : bool(p.dh0));
 #pragma omp for schedule(static)
   for (int64_t task = 0; task < (state_work ? p.N * n_sblocks : 0); ++task) {
     const int64_t n = task / n_sblocks;
     const int64_t da = (task % n_sblocks) * kStateBlock, db = std::min(da + kStateBlock, p.D);
-    sequence_states(p, pl, halo, n, da, db);
+    sequence_states(p, pl, sq, halo, n, da, db);
   }
+}
+
+// 1 with seq_idx (semantics section 3), in two steps: the halo of every
+// initial-state row (the rows are ids), then, after the barrier, each real
+// run's final state into its id's row (forward), or zeros into every dh0 row
+// (backward: rows of ids that do not occur; the tiles then write the others).
+// The barrier keeps the in-place rule: every halo is read from h0 before a
+// final state is written.
+template <class A>
+void id_states(const Problem& p, const Plan& pl, const Seqs& sq, A* halo) {
+  const int64_t n_sblocks = ceil_div(p.D, kStateBlock);
+  auto block = [&](int64_t task, int64_t* r, int64_t* da, int64_t* db) {
+    *r = task / n_sblocks;
+    *da = (task % n_sblocks) * kStateBlock;
+    *db = std::min(*da + kStateBlock, p.D);
+  };
+  int64_t r, da, db;
+#pragma omp for schedule(static)
+  for (int64_t task = 0; task < (halo ? pl.halo_rows * n_sblocks : 0); ++task) {
+    block(task, &r, &da, &db);
+    copy_halo(p, pl, halo + r * (p.W - 1) * pl.Dp, 0, r, da, db);
+  }
+  const bool fwd = p.dir == Dir::fwd;
+  const int64_t rows = fwd ? (p.ht ? sq.N : 0) : (p.dh0 ? p.dh0.shape[0] : 0);  // runs / dh0 rows
+  const int64_t tasks = rows * n_sblocks;
+#pragma omp for schedule(static)
+  for (int64_t task = 0; task < tasks; ++task) {
+    block(task, &r, &da, &db);
+    if (!fwd) {
+      for (int64_t d = da; d < db; ++d)
+        for (int j = 0; j < p.S; ++j) store_f64(p.dh0.data, p.dh0.dtype, p.dh0.off(r, d, j), 0.0);
+    } else if (!sq.pad(r)) {  // r: a run
+      const int64_t id = sq.id(r);
+      final_state(p, sq, r, p.h0 ? id : -1, id, da, db);
+    }
+  }
+}
+
+// seq_idx: the first token of each run into starts (then the total), row
+// after row; returns the number of runs.  A row boundary always starts a run.
+int64_t tabulate_runs(const Problem& p, int64_t* starts) {
+  int64_t n = 0;
+  for (int64_t b = 0; b < p.B; ++b) {
+    int64_t prev = 0;
+    for (int64_t t = 0; t < p.T; ++t) {
+      const int64_t id = p.seq_id(b, t);
+      if (t == 0 || id != prev) starts[n++] = b * p.T + t;
+      prev = id;
+    }
+  }
+  starts[n] = p.B * p.T;
+  return n;
 }
 
 // 3 (backward): dweight / dbias = sum of the tile partials in chunk order.
@@ -149,6 +217,13 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
   Ctx c;
   c.p = &p;
   c.plan = &pl;
+  c.seqs = Seqs{&p, p.N, nullptr};
+  if (pl.runs) {  // seq_idx: the runs, once per call (the phases below read them)
+    int64_t* starts = reinterpret_cast<int64_t*>(ws + pl.off_runs);
+    c.seqs.starts = starts;
+    c.seqs.N = p.D > 0 ? tabulate_runs(p, starts) : 0;
+    if (p.D == 0) starts[0] = 0;
+  }
   const Kernels& K = kernels(pick_isa());
   const int slot = dtype_slot(p.act_dtype);
   const int64_t L = K.lanes[slot];                  // vector width of the packed layouts
@@ -177,7 +252,8 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
   {
     const FpMode::Scope fp_scope(caller_mode);
     pack_params(p, pl, L, wb);  // 0
-    states(p, pl, halo);        // 1
+    if (pl.runs) id_states(p, pl, c.seqs, halo);  // 1
+    else states(p, pl, c.seqs, halo);
     if (pl.run_tiles) {         // 2: the tiles (cpu_kernels.hpp)
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < pl.n_tiles; ++t) tile_fn(c, t);

@@ -87,8 +87,8 @@ inline void stage_x(const Ctx& c, int64_t n, int64_t d, int64_t t0, int64_t rows
   constexpr int L = O::L;
   const Problem& p = *c.p;
   const int64_t Dp = c.plan->Dp;
-  const A* halo = c.halo ? static_cast<const A*>(c.halo) + n * (W - 1) * Dp + d : nullptr;
-  const XT* x = p.x.ptr<const XT>() + seq_base(p, p.x, n) + d * p.x.stride[2];
+  const A* halo = c.halo ? static_cast<const A*>(c.halo) + c.seqs.row(n) * (W - 1) * Dp + d : nullptr;
+  const XT* x = p.x.ptr<const XT>() + c.seqs.base(p.x, n) + d * p.x.stride[2];
   int64_t i = 0, pos = t0 - (W - 1);
   for (; pos < 0 && i < (W - 1) + rows; ++i, ++pos) xs[i] = halo ? halo[(W - 1 + pos) * Dp] : A(0);
   const int64_t end = (W - 1) + rows;
@@ -137,11 +137,11 @@ void fwd_piece_time(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0,
   const bool contig = yst == 1 && (!p.residual || rst == 1);
   for (int64_t d = d0; d < d1; ++d) {
     const Taps<O, WT> w(c, d, W);
-    XT* y = p.y.ptr<XT>() + seq_base(p, p.y, n) + d * p.y.stride[2];
-    const XT* res = p.residual ? p.residual.ptr<const XT>() + seq_base(p, p.residual, n) + d * p.residual.stride[2]
+    XT* y = p.y.ptr<XT>() + c.seqs.base(p.y, n) + d * p.y.stride[2];
+    const XT* res = p.residual ? p.residual.ptr<const XT>() + c.seqs.base(p.residual, n) + d * p.residual.stride[2]
                                : nullptr;
     if (d + 2 < d1)
-      prefetch_run(p.x.ptr<const XT>() + seq_base(p, p.x, n) + (d + 2) * p.x.stride[2] + tb,
+      prefetch_run(p.x.ptr<const XT>() + c.seqs.base(p.x, n) + (d + 2) * p.x.stride[2] + tb,
                    std::min(kTimeBlock, te - tb));
     for (int64_t t0 = tb; t0 < te; t0 += kTimeBlock) {
       const int64_t rows = std::min(kTimeBlock, te - t0);
@@ -184,10 +184,10 @@ void add_partials(int W, int64_t rows, const typename O::A* xs, const typename O
   }
 }
 
-// dh0 of channel d (first piece of sequence n): the channel kernels' sums
-// (bwd_store_dh0) over the dpre rows 0 <= t < nh, each in lane 0.
+// dh0 of channel d (first piece of a sequence whose state row is `row`): the
+// channel kernels' sums (bwd_store_dh0) over the dpre rows 0 <= t < nh, each in lane 0.
 template <class O, int WT>
-void dh0_time(const Problem& p, int64_t n, int64_t Ln, int64_t nh, int64_t d, const Taps<O, WT>& w,
+void dh0_time(const Problem& p, int64_t row, int64_t Ln, int64_t nh, int64_t d, const Taps<O, WT>& w,
               const typename O::A* gs) {
   using V = typename O::V;
   const int W = WT ? WT : p.W, S = p.S, off = S - (W - 1);
@@ -197,16 +197,17 @@ void dh0_time(const Problem& p, int64_t n, int64_t Ln, int64_t nh, int64_t d, co
       const int64_t t = int64_t(jj) - off - k;
       if (t >= 0 && t < nh) acc = O::fma(w(k), O::set1(gs[t]), acc);
     }
-    if (p.dht && jj >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d, jj - Ln, 1);
-    store_state_lanes<O>(p.dh0, n, d, jj, 1, acc);
+    if (p.dht && jj >= Ln) acc = acc + load_state_lanes<O>(p.dht, row, d, jj - Ln, 1);
+    store_state_lanes<O>(p.dh0, row, d, jj, 1, acc);
   }
 }
 
 // dx rows [t0, t0 + rows) of channel d from gs = dpre[t0 ..]: whole vectors
 // while every tap's dpre row exists and no dht term is due, then row by row
-// (taps k >= t + W - Ln only: rows past the sequence end form no term).
+// (taps k >= t + W - Ln only: rows past the sequence end form no term);
+// `row`: the sequence's state row (of dht).
 template <class O, int WT, class XT>
-void dx_time(const Problem& p, int64_t n, int64_t t0, int64_t rows, int64_t Ln, int64_t d,
+void dx_time(const Problem& p, int64_t row, int64_t t0, int64_t rows, int64_t Ln, int64_t d,
              const Taps<O, WT>& w, const typename O::A* gs, XT* dx) {
   using V = typename O::V;
   constexpr int L = O::L;
@@ -225,7 +226,7 @@ void dx_time(const Problem& p, int64_t n, int64_t t0, int64_t rows, int64_t Ln, 
     V acc = O::zero();
     for (int k = W - 1; k >= std::max<int64_t>(0, t + W - Ln) && has_dy; --k)
       acc = O::fma(w(k), O::set1(gs[i + W - 1 - k]), acc);
-    if (p.dht && S + t >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d, S + t - Ln, 1);
+    if (p.dht && S + t >= Ln) acc = acc + load_state_lanes<O>(p.dht, row, d, S + t - Ln, 1);
     store_lanes<O>(dx + t * st, st, 1, acc);
   }
 }
@@ -247,11 +248,11 @@ void bwd_piece_time(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln,
   const int64_t nh = std::min<int64_t>(W - 1, Ln);  // dpre rows that reach h0
   for (int64_t d = d0; d < d1; ++d) {
     const Taps<O, WT> w(c, d, W);
-    const XT* dy = p.dy ? p.dy.ptr<const XT>() + seq_base(p, p.dy, n) + d * p.dy.stride[2] : nullptr;
-    XT* dx = p.dx ? p.dx.ptr<XT>() + seq_base(p, p.dx, n) + d * p.dx.stride[2] : nullptr;
+    const XT* dy = p.dy ? p.dy.ptr<const XT>() + c.seqs.base(p.dy, n) + d * p.dy.stride[2] : nullptr;
+    XT* dx = p.dx ? p.dx.ptr<XT>() + c.seqs.base(p.dx, n) + d * p.dx.stride[2] : nullptr;
     if (d + 2 < d1) {
       const int64_t ahead_rows = std::min(kTimeBlock, te - tb);
-      prefetch_run(p.x.ptr<const XT>() + seq_base(p, p.x, n) + (d + 2) * p.x.stride[2] + tb, ahead_rows);
+      prefetch_run(p.x.ptr<const XT>() + c.seqs.base(p.x, n) + (d + 2) * p.x.stride[2] + tb, ahead_rows);
       if (dy && gst == 1) prefetch_run(dy + 2 * p.dy.stride[2] + tb, ahead_rows);
     }
     for (int64_t t0 = tb; t0 < te; t0 += kTimeBlock) {
@@ -269,8 +270,8 @@ void bwd_piece_time(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln,
         O::store(gs + (rend - t0 + L - 1) / L * L, O::zero());  // what dx's last lanes read past rend
         if (part) add_partials<O>(W, rows, xs, gs, part, d - d0);
       }
-      if (dx) dx_time<O, WT, XT>(p, n, t0, rows, Ln, d, w, gs, dx);
-      if (dh0_here) dh0_time<O, WT>(p, n, Ln, nh, d, w, gs);
+      if (dx) dx_time<O, WT, XT>(p, c.seqs.row(n), t0, rows, Ln, d, w, gs, dx);
+      if (dh0_here) dh0_time<O, WT>(p, c.seqs.row(n), Ln, nh, d, w, gs);
     }
   }
 }

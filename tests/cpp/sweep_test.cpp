@@ -76,6 +76,7 @@ TEST_P(Sweep, DenseFp32EdgeLengths) {
 
 TEST_P(Sweep, PackedTinySegments) {
   Space sp;
+  sp.seq_ids = false;  // (the batch becomes packed below)
   sp.dtypes = false;
   sp.W_max = 8;
   std::mt19937_64 rng(1003);
@@ -203,6 +204,7 @@ TEST_P(Sweep, LayoutsAndViews) {
 
 TEST_P(Sweep, StatesAndPools) {
   Space sp;
+  sp.seq_ids = false;  // (pools addressed by indices below)
   sp.W_max = 10;
   std::mt19937_64 rng(1007);
   int bad = 0;
