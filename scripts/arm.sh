@@ -7,7 +7,8 @@ source "$(dirname "$0")/common.sh"
 ensure_build_deps
 ensure_apt g++-aarch64-linux-gnu qemu-user-static
 B="$ROOT/build-arm"
-cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+mapfile -t launch < <(launcher_args)
+cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launch[@]}" \
   -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/aarch64-linux-gnu.cmake" \
   -DSHORTCONV_CUDA=OFF -DSHORTCONV_BUILD_CLI=ON
 cmake --build "$B" -j "$JOBS" --target shortconv shortconv_tests shortconv_cli

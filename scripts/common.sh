@@ -22,7 +22,17 @@ ensure_apt() {
 }
 
 ensure_build_deps() {
-  ensure_apt cmake g++ ninja-build libgtest-dev libgmock-dev python3 python3-venv
+  ensure_apt cmake g++ ninja-build libgtest-dev libgmock-dev python3 python3-venv ccache
+}
+
+# ccache for every build (when present): the CPU kernel units are compiled by
+# several builds of one CI run (the test tree, the wheel) and most units are
+# unchanged between runs; a miss costs nothing but the lookup.
+launcher_args() {
+  if command -v ccache >/dev/null 2>&1; then
+    printf '%s\n' -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+      -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
+  fi
 }
 
 # The Python test environment: current PyTorch from PyPI plus test tools.
@@ -42,6 +52,7 @@ ensure_venv() {
 # Configure and build into $1 with extra cmake arguments.
 build_into() {
   local dir="$1"; shift
-  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+  local launch; mapfile -t launch < <(launcher_args)
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launch[@]}" "$@"
   cmake --build "$dir" -j "$JOBS"
 }

@@ -11,7 +11,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 log "pip wheel --no-build-isolation (SHORTCONV_CUDA=OFF)"
 "$VENV/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$tmp/wheel" \
-  -C cmake.define.SHORTCONV_CUDA=OFF -C build-dir="$tmp/build" "$ROOT"
+  -C cmake.define.SHORTCONV_CUDA=OFF -C build-dir="$tmp/build" \
+  $(command -v ccache >/dev/null && echo -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache) "$ROOT"
 "$VENV/bin/python" -m pip install -q --no-deps --target "$tmp/site" "$tmp"/wheel/shortconv-*.whl
 log "pytest against the installed wheel"
 cp -r "$ROOT/tests/python" "$tmp/tests"

@@ -1,10 +1,19 @@
 # CPU backend sources (owned by src/cpu).
 file(GLOB SHORTCONV_CPU_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*.cpp)
-target_sources(shortconv PRIVATE ${SHORTCONV_CPU_SOURCES})
 # The per-ISA kernel units: GCC 12 warns about _mm512_undefined_* inside its
 # own intrinsic headers.  Under the sanitizers they build at -O1: at -O2 the
 # instrumented inlining of a few hundred kernel instances takes many minutes.
 file(GLOB SHORTCONV_CPU_ISA_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/cpu_isa_*.cpp)
+# Without the AVX-512 unit the widest x86 table is AVX2 (for compilers without
+# AVX-512 support, and for builds that will only ever run on machines without
+# it: the sanitizer build of scripts/sanitize.sh on such a machine).
+option(SHORTCONV_CPU_AVX512 "Build the CPU backend's AVX-512 kernels (x86)" ON)
+if(NOT SHORTCONV_CPU_AVX512)
+  list(FILTER SHORTCONV_CPU_SOURCES EXCLUDE REGEX "cpu_isa_avx512\\.cpp$")
+  list(FILTER SHORTCONV_CPU_ISA_SOURCES EXCLUDE REGEX "cpu_isa_avx512\\.cpp$")
+endif()
+target_compile_definitions(shortconv PRIVATE SC_WITH_AVX512=$<BOOL:${SHORTCONV_CPU_AVX512}>)
+target_sources(shortconv PRIVATE ${SHORTCONV_CPU_SOURCES})
 # -Wno-psabi: the activation policies (core/activation.hpp) take SIMD vectors
 # and are defined outside the units' target regions; they are always inlined,
 # so no call crosses the ABI the warning is about.

@@ -141,7 +141,7 @@ Inputs make_inputs(const Case& c) {
     }
   };
   Inputs in;
-  const int64_t D = c.D, W = c.W, S = c.state_len(), N = c.num_seqs();
+  const int64_t D = c.D, W = c.W, S = c.state_len();
   const size_t act_n = size_t(c.xb() * c.xt() * D);
   fill(in.x, act_n, c.act_dtype);
   fill(in.weight, size_t(D * W), c.param_dtype, 1.0 / std::sqrt(double(W)));
