@@ -12,16 +12,26 @@
 # Builds into build-cpu-isa/ (CUDA off), or into SHORTCONV_ISA_BENCH_BUILD
 # (an existing build tree is reused).  SHORTCONV_ISA_BENCH_NO_TESTS=1 skips
 # the tests.
+# SHORTCONV_ISA_BENCH_ISAS="avx2 avx512" runs only those of the machine's.
 source "$(dirname "$0")/common.sh"
-ensure_build_deps
 BUILD="${SHORTCONV_ISA_BENCH_BUILD:-$ROOT/build-cpu-isa}"
-[ -f "$BUILD/CMakeCache.txt" ] ||
+if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+  ensure_build_deps
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSHORTCONV_CUDA=OFF >/dev/null
+fi
 cmake --build "$BUILD" -j "$JOBS" --target shortconv_cli shortconv_tests
 
 # The instruction sets this processor runs, lowest first (as the library
 # decides them: cpu_isa.cpp's best_isa).
 isas() {
+  local isa
+  if [ -n "${SHORTCONV_ISA_BENCH_ISAS:-}" ]; then
+    for isa in $(machine_isas); do [[ " $SHORTCONV_ISA_BENCH_ISAS " == *" $isa "* ]] && echo "$isa"; done
+    return 0
+  fi
+  machine_isas
+}
+machine_isas() {
   case "$(uname -m)" in
     x86_64|amd64) ;;
     *) echo v128; return ;;
