@@ -65,7 +65,7 @@ typedef enum sc_dtype {
   SC_F16 = 1,
   SC_BF16 = 2,
   SC_F64 = 3,
-  SC_I32 = 4, /* cu_seqlens, state indices and ring offsets only */
+  SC_I32 = 4, /* cu_seqlens, state indices, ring offsets and the serving indices only */
   SC_I64 = 5,
   SC_BOOL = 6 /* one byte, 0 or 1: has_initial_state only */
 } sc_dtype;
@@ -157,6 +157,16 @@ typedef struct sc_conv_args {
                                   + j) mod S (causal-conv1d's cache_seqlens) */
   int64_t pad_index;           /* a state index that means "no row" besides -1 (an
                                   engine's pad slot id); -1 by sc_conv_args_init */
+
+  /* Serving steps of inference engines (docs/semantics.md section 5), forward
+   * only (the backward returns SC_ERR_UNSUPPORTED when one is present): */
+  sc_tensor num_accepted;  /* [N] int32/int64, optional: speculative decoding.  The window
+                              is the W-1 row entries from num_accepted[n] - 1 and the row's
+                              first (W-2) + L_n entries become the newest ones (vLLM's
+                              num_accepted_tokens) */
+  sc_tensor parent_tokens; /* [N, M] int32/int64, optional: tree drafts.  Token t >= 1 of
+                              sequence n follows its parent parent_tokens[n, t] in [0, t),
+                              token 0 the state (vLLM's retrieve_parent_token) */
 
   sc_exec exec;
 } sc_conv_args;

@@ -121,6 +121,8 @@ TENSOR_FIELDS = (
     "dy", "dfinal_state", "dx", "dweight", "dbias", "dinitial_state",
     "has_initial_state", "ring_offsets",
 )
+# The serving group, after pad_index (forward only).
+SERVING_FIELDS = ("num_accepted", "parent_tokens")
 
 
 class _Args(ctypes.Structure):
@@ -128,12 +130,14 @@ class _Args(ctypes.Structure):
         [("struct_size", ctypes.c_uint32), ("width", ctypes.c_int32),
          ("state_len", ctypes.c_int32), ("activation", ctypes.c_int32)]
         + [(name, _Tensor) for name in TENSOR_FIELDS]
-        + [("pad_index", ctypes.c_int64), ("exec", _Exec)]
+        + [("pad_index", ctypes.c_int64)]
+        + [(name, _Tensor) for name in SERVING_FIELDS]
+        + [("exec", _Exec)]
     )
 
 
 ARGS_SIZE = ctypes.sizeof(_Args)
-OFF = {name: getattr(_Args, name).offset for name in TENSOR_FIELDS}
+OFF = {name: getattr(_Args, name).offset for name in TENSOR_FIELDS + SERVING_FIELDS}
 _SCALARS_OFF = _Args.width.offset
 _EXEC_OFF = _Args.exec.offset
 _PAD_OFF = _Args.pad_index.offset

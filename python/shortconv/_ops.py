@@ -139,11 +139,12 @@ def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len
 
 
 def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
-                has_initial_state=None, cache_seqlens=None, pad_slot_id=-1,
-                where="shortconv.causal_conv1d_update"):
+                has_initial_state=None, cache_seqlens=None, pad_slot_id=-1, num_accepted=None,
+                parent_tokens=None, where="shortconv.causal_conv1d_update"):
     """y [like x]; cache (a state [N, D, S] or pool [P, D, S]) updated in place.
     has_initial_state [N] (false: zero state read), cache_seqlens [N] (ring rows),
-    pad_slot_id: docs/semantics.md section 5."""
+    pad_slot_id, num_accepted [N] (speculative rows), parent_tokens [N, M] (tree drafts):
+    docs/semantics.md section 5."""
     c = Call(where, x, _width(weight), -1, activation, _CACHE_NAMES)
     c.set("x", x)
     c.set("weight", weight)
@@ -162,6 +163,10 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
         c.set("has_initial_state", has_initial_state, FLAG_CODES)
     if cache_seqlens is not None:
         c.set("ring_offsets", cache_seqlens, INDEX_CODES)
+    if num_accepted is not None:
+        c.set("num_accepted", num_accepted, INDEX_CODES)
+    if parent_tokens is not None:
+        c.set("parent_tokens", parent_tokens, INDEX_CODES)
     if pad_slot_id != -1:
         c.set_pad_index(pad_slot_id)
     y = _like_x(x)
@@ -402,15 +407,17 @@ if HAS_CUSTOM_OPS:
         "shortconv::causal_conv1d_update", mutates_args=("cache",),
         schema="(Tensor x, Tensor(a!) cache, Tensor weight, Tensor? bias, Tensor? residual, "
                "Tensor? cache_indices, Tensor? cu_seqlens, int activation, "
-               "Tensor? has_initial_state, Tensor? cache_seqlens, int pad_slot_id) -> Tensor")
+               "Tensor? has_initial_state, Tensor? cache_seqlens, int pad_slot_id, "
+               "Tensor? num_accepted, Tensor? parent_tokens) -> Tensor")
     def _update_op(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
-                   has_initial_state, cache_seqlens, pad_slot_id):
+                   has_initial_state, cache_seqlens, pad_slot_id, num_accepted, parent_tokens):
         return update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
-                           has_initial_state, cache_seqlens, pad_slot_id)
+                           has_initial_state, cache_seqlens, pad_slot_id, num_accepted,
+                           parent_tokens)
 
     @_update_op.register_fake
     def _update_fake(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
-                     has_initial_state, cache_seqlens, pad_slot_id):
+                     has_initial_state, cache_seqlens, pad_slot_id, num_accepted, parent_tokens):
         return _like_x(x)
 
 else:

@@ -203,7 +203,8 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
 
 def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activation=None, *,
                          cache_indices=None, cu_seqlens=None, has_initial_state=None,
-                         cache_seqlens=None, pad_slot_id=-1):
+                         cache_seqlens=None, pad_slot_id=-1, num_accepted=None,
+                         parent_tokens=None):
     """Decode step: new tokens for N sequences; ``cache`` updated in place.
 
     Returns ``(y, cache)`` like FLA's causal_conv1d_update.  Not differentiable
@@ -231,8 +232,17 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             (cache_seqlens[n] + j) % S, the new tokens are written at slots
             (cache_seqlens[n] + i) % S; the caller advances cache_seqlens.
         pad_slot_id: an index in cache_indices that means padding, besides -1.
+        num_accepted: [N] int32/int64, optional: speculative decoding (vLLM's
+            num_accepted_tokens).  Sequence n's window is the W-1 entries of its row from
+            num_accepted[n] - 1, and the row's first (W-2) + L_n entries become the last
+            ones of window ++ tokens (entries after them are left as they are); rows hold
+            S >= (W-2) + L_n entries, counts lie in [1, S - (W-1) + 1].
+        parent_tokens: [N, M] int32/int64, optional: tree drafts (vLLM's
+            retrieve_parent_token).  Token t >= 1 of sequence n reads the chain of its
+            parents parent_tokens[n, t] in [0, t), token 0 the state; the row is updated
+            as without it.
 
-    The state addressing is docs/semantics.md section 5.
+    The state addressing and the serving steps are docs/semantics.md section 5.
     """
     where = "shortconv.causal_conv1d_update"
     if weight is None:
@@ -259,10 +269,14 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             "weight, bias, activation). For causal-conv1d's order (x, conv_state, weight, bias, "
             "activation) use shortconv.dao.causal_conv1d_update" % (where, bias))
     if ((has_initial_state is not None and not isinstance(has_initial_state, _Tensor))
-            or (cache_seqlens is not None and not isinstance(cache_seqlens, _Tensor))):
+            or (cache_seqlens is not None and not isinstance(cache_seqlens, _Tensor))
+            or (num_accepted is not None and not isinstance(num_accepted, _Tensor))
+            or (parent_tokens is not None and not isinstance(parent_tokens, _Tensor))):
         check_tensors(where, (
             ("has_initial_state", has_initial_state, "[N] (bool/int32/int64) or None"),
-            ("cache_seqlens", cache_seqlens, "[N] (int32/int64) or None")))
+            ("cache_seqlens", cache_seqlens, "[N] (int32/int64) or None"),
+            ("num_accepted", num_accepted, "[N] (int32/int64) or None"),
+            ("parent_tokens", parent_tokens, "[N, M] (int32/int64) or None")))
     if isinstance(pad_slot_id, bool) or not isinstance(pad_slot_id, int):
         raise TypeError("%s: pad_slot_id: expected an int, got %r" % (where, pad_slot_id))
     if residual is not None and residual.shape != x.shape:
@@ -295,11 +309,13 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
     if _ops.use_custom_op():
         y = torch.ops.shortconv.causal_conv1d_update(x, cache, weight, bias, residual,
                                                      cache_indices, cu_seqlens, act,
-                                                     has_initial_state, cache_seqlens, pad_slot_id)
+                                                     has_initial_state, cache_seqlens, pad_slot_id,
+                                                     num_accepted, parent_tokens)
     else:
         with torch.no_grad():
             y = _ops.update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act,
-                                 has_initial_state, cache_seqlens, pad_slot_id)
+                                 has_initial_state, cache_seqlens, pad_slot_id, num_accepted,
+                                 parent_tokens)
         # The library wrote cache behind autograd's back: bump its version, as
         # every in-place op does, so a backward through a graph that saved
         # cache (e.g. as an initial_state) fails loudly instead of using the

@@ -22,6 +22,12 @@ int64_t load_index(const View& v, int64_t i) {
                            : static_cast<const int64_t*>(v.data)[o];
 }
 
+int64_t load_index(const View& v, int64_t i, int64_t j) {
+  const int64_t o = i * v.stride[0] + j * v.stride[1];
+  return v.dtype == SC_I32 ? int64_t(static_cast<const int32_t*>(v.data)[o])
+                           : static_cast<const int64_t*>(v.data)[o];
+}
+
 int64_t Problem::seq_begin(int64_t n) const { return packed ? load_index(cu_seqlens, n) : 0; }
 int64_t Problem::seq_len(int64_t n) const {
   return packed ? load_index(cu_seqlens, n + 1) - load_index(cu_seqlens, n) : T;
@@ -53,6 +59,20 @@ int64_t Problem::state_slot(int64_t n, int64_t j) const {
 
 int64_t Problem::final_slot(int64_t n, int64_t j) const {
   return ring ? state_slot(n, seq_len(n) + j) : j;
+}
+
+int64_t Problem::window_start(int64_t n) const {
+  return accepted ? load_index(accepted, n) - 1 : S - (W - 1);
+}
+
+int64_t Problem::final_entries(int64_t n) const {
+  if (!accepted) return S;
+  const int64_t L = seq_len(n);
+  return L > 0 ? (W - 2) + L : 0;
+}
+
+int64_t Problem::parent(int64_t n, int64_t t) const {
+  return parents ? load_index(parents, n, t) : t - 1;
 }
 
 }  // namespace shortconv

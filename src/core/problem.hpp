@@ -75,6 +75,10 @@ struct Problem {
   View ring;           // [N] int32/int64: state rows are rings, entry j at slot (ring[n] + j) mod S
   int64_t pad_index = -1;  // a state index meaning "no row", besides -1
 
+  // serving steps (docs/semantics.md section 5), forward only
+  View accepted;       // [N] int32/int64: speculative decoding (window at accepted - 1)
+  View parents;        // [N, M] int32/int64: tree drafts (parent of token t of sequence n)
+
   bool state_in_place = false;  // ht is exactly h0's memory (aliased decode update)
 
   sc_exec exec{};
@@ -89,10 +93,20 @@ struct Problem {
   int64_t state_slot(int64_t n, int64_t j) const;
   // slot of final-state entry j (= u entry L_n + j) of sequence n in its row
   int64_t final_slot(int64_t n, int64_t j) const;
+
+  // Speculative decoding: the row entry the W-1 window of sequence n starts at
+  // (accepted[n] - 1; without num_accepted the last W-1 entries, S - (W-1)),
+  // and the entries its final state writes (S; speculative: (W-2) + L_n, 0
+  // for a zero-length sequence).
+  int64_t window_start(int64_t n) const;
+  int64_t final_entries(int64_t n) const;
+  // Tree drafts: the parent of token t >= 1 of sequence n (t - 1 without parents).
+  int64_t parent(int64_t n, int64_t t) const;
 };
 
-// Reads element i of a 1-D int32/int64 host tensor.
+// Reads element i of a 1-D int32/int64 host tensor (element (i, j) of a 2-D one).
 int64_t load_index(const View& v, int64_t i);
+int64_t load_index(const View& v, int64_t i, int64_t j);
 // Reads element i of a 1-D bool/int32/int64 host tensor as 0 or 1.
 int64_t load_flag(const View& v, int64_t i);
 

@@ -288,6 +288,146 @@ sc_status check_addressing(Call& k) {
   return SC_OK;
 }
 
+// ---- serving steps: speculative decoding and tree drafts (section 5) ---------------
+bool state_in_place(const Call& k);  // (below: the overlap stage's)
+
+// Problem-like lookups on the raw arguments, for content checks after the
+// shapes are known (host memory only).
+struct Rows {
+  const Call& k;
+  View h0, h0i, ht, hti, flags, cu;
+  explicit Rows(const Call& kk) : k(kk) {
+    to_view(k.a.initial_state, &h0);
+    to_view(k.a.initial_state_indices, &h0i);
+    to_view(k.a.final_state, &ht);
+    to_view(k.a.final_state_indices, &hti);
+    to_view(k.a.has_initial_state, &flags);
+    to_view(k.a.cu_seqlens, &cu);
+  }
+  int64_t none(int64_t r) const { return r == k.a.pad_index ? -1 : r; }
+  int64_t read(int64_t n) const {  // the row sequence n reads (-1: none)
+    if (!h0 || (flags && !load_flag(flags, n))) return -1;
+    return h0i ? none(load_index(h0i, n)) : n;
+  }
+  int64_t written(int64_t n) const {
+    if (!k.fwd || !ht) return -1;
+    return hti ? none(load_index(hti, n)) : n;
+  }
+  int64_t len(int64_t n) const {
+    return k.packed ? load_index(cu, n + 1) - load_index(cu, n) : k.T;
+  }
+};
+
+// In place: no row written for one sequence and read by another (its value
+// would depend on the order of the two).
+sc_status check_cross_reads(Call& k) {
+  const sc_conv_args& a = k.a;
+  if (!k.c.host() || !state_in_place(k) || !present(a.final_state_indices) ||
+      a.final_state_indices.stride[0] == 0)  // (broadcast: one row for all, refused before)
+    return SC_OK;
+  const Rows r(k);
+  std::vector<std::pair<int64_t, int64_t>> w;  // (row written, sequence)
+  for (int64_t n = 0; n < k.N; ++n)
+    if (const int64_t row = r.written(n); row >= 0) w.push_back({row, n});
+  std::sort(w.begin(), w.end());
+  for (int64_t m = 0; m < k.N; ++m) {
+    const int64_t row = r.read(m);
+    if (row < 0) continue;
+    auto it = std::lower_bound(w.begin(), w.end(), std::make_pair(row, int64_t(-1)));
+    if (it != w.end() && it->first == row && it->second != m)
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                  "initial_state_indices[%lld]: pool row %lld is read by sequence %lld and "
+                  "written for sequence %lld (final_state_indices[%lld]) in this in-place call; "
+                  "a row written for one sequence may not be another's initial state",
+                  (long long)m, (long long)row, (long long)m, (long long)it->second,
+                  (long long)it->second);
+  }
+  return SC_OK;
+}
+
+// num_accepted: which sequences it is read for, and the window and new
+// entries inside the row.
+sc_status check_accepted(Call& k) {
+  const sc_conv_args& a = k.a;
+  Checker& c = k.c;
+  if (!present(a.initial_state) && !present(a.final_state))
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "num_accepted: given but initial_state and final_state are absent");
+  if (present(a.ring_offsets))
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "num_accepted: not combinable with ring_offsets (a speculative row is read at "
+                "an offset and rewritten from its start, not a ring)");
+  if (!check_per_sequence(k, "num_accepted", a.num_accepted, false)) return c.status;
+  if (!c.host()) return SC_OK;  // device memory: the kernels clamp
+  const Rows r(k);
+  View av;
+  to_view(a.num_accepted, &av);
+  const int64_t hi = int64_t(k.S) - (k.W - 1) + 1;
+  const bool one = av.stride[0] == 0 && (!r.h0i || r.h0i.stride[0] == 0) &&
+                   (!r.flags || r.flags.stride[0] == 0) && (!k.packed || r.cu.stride[0] == 0);
+  for (int64_t n = 0, last = one ? std::min<int64_t>(k.N, 1) : k.N; n < last; ++n) {
+    if (const int64_t v = load_index(av, n); r.read(n) >= 0 && (v < 1 || v > hi))
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                  "num_accepted[%lld]: expected 1 <= count <= S - (W-1) + 1 = %lld (the window "
+                  "of W-1 = %d entries inside the row of S = %d), got %lld",
+                  (long long)n, (long long)hi, k.W - 1, k.S, (long long)v);
+    if (const int64_t L = r.len(n); L > 0 && (k.W - 2) + L > k.S)
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                  "num_accepted: sequence %lld has %lld tokens, so its row needs (W-2) + L = "
+                  "%lld entries, but S = %d (%s)",
+                  (long long)n, (long long)L, (long long)(k.W - 2 + L), k.S, k.S_from);
+  }
+  return SC_OK;
+}
+
+// parent_tokens: [N, M], M covering every sequence, parents pointing backwards.
+sc_status check_parents(Call& k) {
+  const sc_conv_args& a = k.a;
+  Checker& c = k.c;
+  const sc_tensor& t = a.parent_tokens;
+  if (!c.basic("parent_tokens", t, 2, 2) || !c.index_dtype("parent_tokens", t)) return c.status;
+  if (t.shape[0] != k.N || (!k.packed && t.shape[1] < k.T))
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "parent_tokens: expected shape [N = %lld, M >= %s], one row of parents per "
+                "sequence, got %s", (long long)k.N, k.packed ? "the longest sequence" :
+                std::to_string(k.T).c_str(), shape_str(t).c_str());
+  if (!c.host()) return SC_OK;  // device memory: the kernels read a bad parent as t - 1
+  const Rows r(k);
+  View pv;
+  to_view(t, &pv);
+  const bool one_row = pv.stride[0] == 0 && (!k.packed || r.cu.stride[0] == 0);
+  for (int64_t n = 0, last = one_row ? std::min<int64_t>(k.N, 1) : k.N; n < last; ++n) {
+    const int64_t L = r.len(n);
+    if (L > t.shape[1])
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                  "parent_tokens: sequence %lld has %lld tokens but rows of M = %lld parents",
+                  (long long)n, (long long)L, (long long)t.shape[1]);
+    // a stride-0 token axis holds one parent for every token: checked at t = 1
+    for (int64_t tok = 1, end = pv.stride[1] == 0 ? std::min<int64_t>(L, 2) : L; tok < end; ++tok)
+      if (const int64_t p = load_index(pv, n, tok); p < 0 || p >= tok)
+        return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                    "parent_tokens[%lld, %lld]: expected a parent in [0, %lld) (an earlier token "
+                    "of the step), got %lld", (long long)n, (long long)tok, (long long)tok,
+                    (long long)p);
+  }
+  return SC_OK;
+}
+
+sc_status check_serving(Call& k) {
+  const sc_conv_args& a = k.a;
+  const bool spec = present(a.num_accepted), tree = present(a.parent_tokens);
+  if (!spec && !tree) return SC_OK;
+  if (!k.fwd)
+    return fail(k.err, SC_ERR_UNSUPPORTED,
+                "%s: serving steps are forward-only (the backward of a speculative or tree "
+                "step is not defined); the backward takes neither num_accepted nor "
+                "parent_tokens", spec ? "num_accepted" : "parent_tokens");
+  sc_status st = SC_OK;
+  if (spec) st = check_accepted(k);
+  if (st == SC_OK && tree) st = check_parents(k);
+  return st;
+}
+
 // ---- activation-like tensors and the parameter gradients ----------------------------
 bool check_act(Call& k, const char* name, const sc_tensor& t) {
   const sc_tensor& x = k.a.x;
@@ -358,7 +498,9 @@ sc_status check_overlaps(Call& k) {
                             {"cu_seqlens", &a.cu_seqlens},
                             {"initial_state_indices", &a.initial_state_indices},
                             {"has_initial_state", &a.has_initial_state},
-                            {"ring_offsets", &a.ring_offsets}};
+                            {"ring_offsets", &a.ring_offsets},
+                            {"num_accepted", &a.num_accepted},
+                            {"parent_tokens", &a.parent_tokens}};
   std::vector<Named> outs;
   if (k.fwd) {
     ins.push_back({"residual", &a.residual});
@@ -414,6 +556,8 @@ void fill_problem(const Call& k, Problem* p) {
   to_view(a.ring_offsets, &p->ring);
   p->pad_index = a.pad_index;
   if (k.fwd) {
+    to_view(a.num_accepted, &p->accepted);
+    to_view(a.parent_tokens, &p->parents);
     to_act_view(a.residual, &p->residual);
     to_act_view(a.y, &p->y);
     to_view(a.final_state, &p->ht);
@@ -447,7 +591,8 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
 
   Call k(*a, dir, err, be->memory == Memory::host);
   for (sc_status (*stage)(Call&) : {check_batch, check_params, check_state_len, check_states,
-                                    check_addressing, check_act_like, check_cu_seqlens, check_overlaps})
+                                    check_addressing, check_act_like, check_cu_seqlens,
+                                    check_serving, check_overlaps, check_cross_reads})
     if ((st = stage(k)) != SC_OK) return st;
   fill_problem(k, p);
   return SC_OK;

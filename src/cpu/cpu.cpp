@@ -69,42 +69,47 @@ void pack_params(const Problem& p, const Plan& pl, int64_t L, A* wb) {
 }
 
 // 1, for sequence n and channels [da, db): the halo, then (forward) the final
-// state or (backward) dh0 of a zero-length sequence.
+// state or (backward) dh0 of a zero-length sequence.  The entries before x_n
+// in the extended sequence are s = S entries of h0 from entry 0, or with
+// num_accepted s = W-1 entries from window_start(n) (semantics section 5).
 template <class A>
 void sequence_states(const Problem& p, const Plan& pl, A* halo, int64_t n, int64_t da, int64_t db) {
-  const int W = p.W, S = p.S;
+  const int W = p.W;
   const int64_t Dp = pl.Dp, r0 = p.h0_row(n), Ln = p.seq_len(n);
+  const int64_t s = p.accepted ? W - 1 : p.S;
+  const int64_t base = p.accepted && r0 >= 0 ? p.window_start(n) : 0;  // h0 entry of u[0]
+  auto h0_at = [&](int64_t d, int64_t pos) {  // u[pos] for pos < s
+    return r0 >= 0 ? load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, p.state_slot(n, base + pos)))
+                   : 0.0;
+  };
   if (halo) {
-    A* h = halo + n * (W - 1) * Dp;  // [W-1][Dp]
+    A* h = halo + n * (W - 1) * Dp;  // [W-1][Dp]: u[s-(W-1) .. s)
     for (int i = 0; i < W - 1; ++i)
-      for (int64_t d = da; d < db; ++d)
-        h[i * Dp + d] =
-            r0 >= 0 ? A(load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, p.state_slot(n, S - (W - 1) + i))))
-                    : A(0);
+      for (int64_t d = da; d < db; ++d) h[i * Dp + d] = A(h0_at(d, s - (W - 1) + i));
     if (db == p.D)
       for (int i = 0; i < W - 1; ++i)
         for (int64_t d = p.D; d < Dp; ++d) h[i * Dp + d] = A(0);
   }
   if (p.dir == Dir::fwd) {
-    // ht[j] = u[L+j]; ascending j reads h0[L+j] (>= j) before ht[j] is
-    // written, so ht may be h0's own row.  With ring rows ht[j] goes to the
-    // slot of entry L+j, the one h0[L+j] was read from; later j read others.
+    // ht[j] = u[from + j], the last E entries of u; ascending j reads the h0
+    // entry base + from + j (>= j) before ht[j] is written, so ht may be h0's
+    // own row.  With ring rows ht[j] goes to the slot of entry L+j, the one
+    // h0[L+j] was read from; later j read others.
     const int64_t r1 = p.ht_row(n);
     if (r1 < 0) return;
-    const int64_t xb = seq_base(p, p.x, n);
+    const int64_t xb = seq_base(p, p.x, n), E = p.final_entries(n), from = s + Ln - E;
     for (int64_t d = da; d < db; ++d)
-      for (int j = 0; j < S; ++j) {
-        const int64_t pos = Ln + j;
-        double v = 0.0;
-        if (pos < S)
-          v = r0 >= 0 ? load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, p.state_slot(n, pos))) : 0.0;
-        else
-          v = load_f64(p.x.data, p.x.dtype, xb + (pos - S) * p.x.stride[1] + d * p.x.stride[2]);
-        store_f64(p.ht.data, p.ht.dtype, p.ht.off(r1, d, p.final_slot(n, j)), v);
+      for (int64_t j = 0; j < E; ++j) {
+        const int64_t pos = from + j;
+        const double v = pos < s ? h0_at(d, pos)
+                                 : load_f64(p.x.data, p.x.dtype,
+                                            xb + (pos - s) * p.x.stride[1] + d * p.x.stride[2]);
+        const int64_t slot = p.accepted ? j : p.final_slot(n, j);
+        store_f64(p.ht.data, p.ht.dtype, p.ht.off(r1, d, slot), v);
       }
   } else if (p.dh0 && Ln == 0) {  // dh0 = dht for a zero-length sequence
     for (int64_t d = da; d < db; ++d)
-      for (int j = 0; j < S; ++j)
+      for (int j = 0; j < p.S; ++j)
         store_f64(p.dh0.data, p.dh0.dtype, p.dh0.off(n, d, j),
                   p.dht ? load_f64(p.dht.data, p.dht.dtype, p.dht.off(n, d, j)) : 0.0);
   }
@@ -159,10 +164,12 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
   c.halo = halo;
   c.part = part;
   c.scr = pl.ws_scratch ? ws + pl.off_scr : nullptr;
+  c.chains = pl.tree ? reinterpret_cast<int64_t*>(ws + pl.off_tree) : nullptr;
 
   const int wclass = p.W <= kMaxWClass ? p.W : 0;
   const int act = int(p.act);  // a listed activation id (validated)
-  const TileFn tile_fn = p.dir == Dir::fwd ? K.fwd[slot][act][wclass] : K.bwd[slot][act][wclass];
+  const TileFn tile_fn = pl.tree ? K.tree[slot][act]
+                         : p.dir == Dir::fwd ? K.fwd[slot][act][wclass] : K.bwd[slot][act][wclass];
 
   // Waking a team costs more than a tiny call's work (decode steps): below
   // kMinElemsPerThread elements per thread, use fewer threads.  Safe because

@@ -27,6 +27,11 @@
 //   part  [tiles][tile_d/L][W+1][L]  backward partial dweight taps and dbias
 //   scr   [tiles][rings][W][tile_d]  window rings, only when they exceed the
 //                          stack budget (forced wide tiles or a huge W)
+//   chain [tasks][W]       int64: tree drafts (parent_tokens), the u positions
+//                          one token's taps read, per (sequence, d-tile) task
+//
+// Tree drafts replace the tiles by one task per (sequence, d-tile) that walks
+// every token of its sequence (a token may read any earlier one of its step).
 #pragma once
 
 #include <algorithm>
@@ -82,7 +87,8 @@ struct Plan {
   bool run_tiles = false;        // phase 2 has work (an output the tiles write, tokens, channels)
   bool halo = false;             // initial-state halo in the workspace (h0 given, W > 1, tiles run)
   bool part = false;             // backward dweight/dbias partials in the workspace
-  size_t off_w = 0, off_halo = 0, off_part = 0, off_scr = 0, bytes = 0;
+  bool tree = false;             // parent_tokens: phase 2 runs n_tiles = N * n_dtiles tree tasks
+  size_t off_w = 0, off_halo = 0, off_part = 0, off_scr = 0, off_tree = 0, bytes = 0;
   bool too_large = false;        // some size does not fit in 63 bits: the call is refused
 };
 
@@ -101,12 +107,13 @@ inline Plan make_plan(const Problem& p) {
   pl.tile_t = p.exec.tile_t > 0 ? clamp_tile(p.exec.tile_t, pl.total) : Tiling::kAutoTileT;
   pl.n_chunks = ceil_div(pl.total, pl.tile_t);
   pl.n_dtiles = p.D > 0 ? ceil_div(p.D, pl.tile_d) : 0;
-  const Count tiles = Count(pl.n_chunks) * pl.n_dtiles;
+  pl.tree = p.dir == Dir::fwd && bool(p.parents);
+  const Count tiles = Count(pl.tree ? p.N : pl.n_chunks) * pl.n_dtiles;
   pl.n_tiles = tiles.value();
   const int rings = p.dir == Dir::fwd ? 1 : 2;  // x window (+ dpre window)
   const Count ring = Count(rings) * W * pl.tile_d;
   pl.ring_elems = ring.value();
-  pl.ws_scratch = (ring * int64_t(pl.acc)).value() > int64_t(Tiling::kStackRingBytes);
+  pl.ws_scratch = !pl.tree && (ring * int64_t(pl.acc)).value() > int64_t(Tiling::kStackRingBytes);
   const bool wanted = p.dir == Dir::fwd ? bool(p.y) : (p.dx || p.dh0 || p.dweight || p.dbias);
   pl.run_tiles = wanted && pl.total > 0 && p.D > 0;
   pl.halo = p.h0 && W > 1 && pl.run_tiles;
@@ -123,6 +130,8 @@ inline Plan make_plan(const Problem& p) {
   if (pl.part) off += aligned(tiles * (W + 1) * pl.tile_d * acc);
   pl.off_scr = off.bytes();
   if (pl.ws_scratch) off += aligned(tiles * ring * acc);
+  pl.off_tree = off.bytes();
+  if (pl.tree && pl.run_tiles) off += aligned(tiles * W * int64_t(sizeof(int64_t)));
   off += 64;  // room to align the caller's pointer
   pl.too_large = tiles.overflow() || ring.overflow() || off.overflow();
   pl.bytes = off.bytes();
@@ -137,6 +146,7 @@ struct Ctx {
   const void* halo = nullptr;  // A [N][W-1][Dp], nullptr: zero initial states
   void* part = nullptr;        // A [tiles][tile_d/L][W+1][L] (backward, when dweight/dbias wanted)
   void* scr = nullptr;         // A [tiles][ring_elems] (rings too big for the stack)
+  int64_t* chains = nullptr;   // [tasks][W] tap positions of tree drafts
 };
 
 // Element offset of token 0 of sequence n in an activation view [B, T, D].
@@ -178,6 +188,7 @@ struct Kernels {
   // [dtype f32=0, f16=1, bf16=2, f64=3][activation id][W class: 0 generic, 1..kMaxWClass]
   TileFn fwd[4][Activations::kCount][kMaxWClass + 1];
   TileFn bwd[4][Activations::kCount][kMaxWClass + 1];
+  TileFn tree[4][Activations::kCount];  // forward with parent_tokens: one (sequence, d-tile) task
 };
 // Instruction sets, in order: a machine that runs one runs every lower one.
 // v128: 128-bit vectors, every architecture's baseline (SSE2, NEON, generic);

@@ -36,6 +36,10 @@ struct Args {
   DTensor dy, dht, dx, dweight, dbias, dh0;                          // backward
   DTensor has_h0, ring;     // state addressing: [N] flags, [N] ring offsets
   int64_t pad_index;        // a state index meaning "no row", besides -1
+  DTensor accepted;         // serving: [N] num_accepted (speculative decoding)
+  DTensor parents;          // serving: [N, M] parent_tokens (tree drafts); s0, s1 strides
+  int64_t parent_cols;      // M
+  int state_io;             // decode: how state rows are accessed (plan.hpp StateIo)
   // tiling of the (batch, time) axis: a tile is tile_t consecutive tokens of
   // one batch row (dense) or of the packed token axis.
   int64_t tile_t, tiles_per_row, ntiles;

@@ -407,6 +407,7 @@ struct FwdKernels {
 }  // namespace
 
 cudaError_t launch_fwd(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
+  if (pl.path == Path::decode) return launch_decode(p, pl, a, l);  // outputs and rows, one launch
   if (p.y && pl.ntiles > 0 && p.D > 0) {
     const cudaError_t e =
         with_act_type(p.act_dtype, [&](auto t) { return launch_path<FwdKernels, typename decltype(t)::type>(pl, a, l); });

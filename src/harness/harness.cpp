@@ -86,6 +86,12 @@ std::string Case::describe() const {
   if (!ring.empty()) o << " rings";
   if (pad_index != -1) o << " pad=" << pad_index;
   if (state_transposed) o << " state^T";
+  if (!accepted.empty()) {
+    o << " accepted[";
+    for (size_t i = 0; i < accepted.size(); ++i) o << (i ? "," : "") << accepted[i];
+    o << "]";
+  }
+  if (!parents.empty()) o << " tree(M=" << parent_cols << ")";
   if (dht) o << " dht";
   if (!dy) o << " no-dy";
   if (dy_broadcast) o << " dy-broadcast";

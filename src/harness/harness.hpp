@@ -66,6 +66,10 @@ struct Case {
   std::vector<int64_t> ring;      // [N] ring_offsets (>= 0): state rows are rings
   int64_t pad_index = -1;         // a state index meaning "no row", besides -1
   bool state_transposed = false;  // h0/ht stored [rows, S, D]: strides {D*S, 1, D}
+  // Serving steps (section 5), forward only; empty: absent.
+  std::vector<int64_t> accepted;  // [N] num_accepted (speculative decoding)
+  std::vector<int64_t> parents;   // [N, parent_cols] parent_tokens (tree drafts), row-major
+  int64_t parent_cols = 0;        // M
   bool dht = false;       // dfinal_state given to the backward
   bool dy = true;         // dy given (absent = zeros)
   bool dy_broadcast = false;  // dy is one [D] row broadcast with strides {0, 0, 1}
@@ -80,6 +84,8 @@ struct Case {
   int64_t xb() const { return packed ? 1 : B; }  // x viewed as [xb, xt, D]
   int64_t xt() const;
   int64_t state_rows() const { return pool > 0 ? pool : num_seqs(); }
+  int64_t seq_len(int64_t n) const { return packed ? lengths[size_t(n)] : T; }
+  bool serving() const { return !accepted.empty() || !parents.empty(); }
   int64_t h0_row(int64_t n) const;  // -1: none (also a false flag or the pad index)
   int64_t ht_row(int64_t n) const;  // -1: not written
   std::string describe() const;
@@ -164,7 +170,8 @@ class Prepared {
   Tensor *x_ = nullptr, *w_ = nullptr, *b_ = nullptr, *res_ = nullptr, *cu_ = nullptr,
          *h0_ = nullptr, *h0i_ = nullptr, *hti_ = nullptr, *y_ = nullptr, *ht_ = nullptr,
          *dy_ = nullptr, *dht_ = nullptr, *dx_ = nullptr, *dw_ = nullptr, *db_ = nullptr,
-         *dh0_ = nullptr, *h0b_ = nullptr, *h0f_ = nullptr, *ring_ = nullptr;
+         *dh0_ = nullptr, *h0b_ = nullptr, *h0f_ = nullptr, *ring_ = nullptr, *acc_ = nullptr,
+         *par_ = nullptr;
   sc_conv_args fa_{}, ba_{};
   Buffer fws_, bws_;
   void* stream_ = nullptr;

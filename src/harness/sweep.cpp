@@ -69,6 +69,42 @@ void draw_states(Draw& r, Case& c) {
   }
 }
 
+// Parents of an L-token step as tree drafts: a chain (t-1, the linear
+// draft), a star (every draft a child of token 0) or a random tree.
+void draw_tree(Draw& r, int64_t L, int64_t M, int shape, std::vector<int64_t>* out) {
+  for (int64_t t = 0; t < M; ++t) {
+    int64_t p = t == 0 ? -1 : shape == 0 ? t - 1 : shape == 1 ? 0 : r.pick(0, t - 1);
+    if (t >= L) p = r.pick(-2, 2 * M);  // past the sequence: never read
+    out->push_back(p);
+  }
+}
+
+// Speculative decoding (rows long enough for the longest sequence, counts
+// 1 .. S-(W-1)+1 and garbage where no row is read) and tree drafts.  Both are
+// forward-only: the case requests no backward output.
+void draw_serving(Draw& r, Case& c) {
+  const int64_t N = c.num_seqs();
+  int64_t longest = 0;
+  for (int64_t n = 0; n < N; ++n) longest = std::max(longest, c.seq_len(n));
+  bool any = false;
+  if ((c.h0 || c.ht) && c.ring.empty() && longest <= 8 && r.coin(0.35)) {
+    c.S = int(std::max<int64_t>(c.W - 2 + std::max<int64_t>(longest, 1), c.W - 1) + r.pick(0, 2));
+    const int64_t hi = c.state_len() - (c.W - 1) + 1;
+    for (int64_t n = 0; n < N; ++n)
+      c.accepted.push_back(c.h0_row(n) >= 0 ? r.pick(1, hi) : r.pick(-3, hi + 3));
+    any = true;
+  }
+  if (longest <= 12 && r.coin(0.3)) {
+    c.parent_cols = longest + r.pick(0, 2);
+    const int shape = int(r.pick(0, 2));
+    for (int64_t n = 0; n < N; ++n) draw_tree(r, c.seq_len(n), c.parent_cols, shape, &c.parents);
+    any = true;
+  }
+  if (any) {
+    c.want_dx = c.want_dweight = c.want_dbias = c.want_dh0 = c.dht = false;
+  }
+}
+
 }  // namespace
 
 Case random_case(std::mt19937_64& rng, const Space& sp) {
@@ -126,6 +162,7 @@ Case random_case(std::mt19937_64& rng, const Space& sp) {
   c.want_dx = r.coin(0.9);
   c.want_dweight = r.coin(0.8);
   c.want_dbias = r.coin(0.7);
+  if (sp.serving) draw_serving(r, c);
   return c;
 }
 

@@ -39,26 +39,44 @@ void put(const View& v, double value, int64_t i0, int64_t i1 = 0, int64_t i2 = 0
   store_f64(v.data, v.dtype, v.off(i0, i1, i2), value);
 }
 
-// u_n = h0_n ++ x_n for channel d (length S + L).
-std::vector<double> extended(const Problem& p, int64_t n, int64_t d) {
+// The extended sequence of sequence n for channel d and the number s of its
+// entries before x_n: u_n = h0_n ++ x_n (s = S), or with num_accepted the
+// window from accepted - 1: v_n = w_n ++ x_n (s = W-1; semantics section 5).
+std::vector<double> extended(const Problem& p, int64_t n, int64_t d, int64_t* s_out) {
   const int64_t L = p.seq_len(n), b = p.seq_batch(n), t0 = p.seq_begin(n);
   const int64_t row = p.h0_row(n);
-  std::vector<double> u(size_t(p.S + L), 0.0);
-  for (int64_t j = 0; j < p.S; ++j)
-    u[size_t(j)] = row >= 0 ? get(p.h0, row, d, p.state_slot(n, j)) : 0.0;
-  for (int64_t t = 0; t < L; ++t) u[size_t(p.S + t)] = get(p.x, b, t0 + t, d);
+  const int64_t s = p.accepted ? p.W - 1 : p.S;
+  const int64_t first = p.accepted && row >= 0 ? p.window_start(n) : 0;  // (a_n read only then)
+  std::vector<double> u(size_t(s + L), 0.0);
+  for (int64_t j = 0; j < s; ++j)
+    u[size_t(j)] = row >= 0 ? get(p.h0, row, d, p.state_slot(n, first + j)) : 0.0;
+  for (int64_t t = 0; t < L; ++t) u[size_t(s + t)] = get(p.x, b, t0 + t, d);
+  *s_out = s;
   return u;
 }
 
-// pre_n[t] = bias + sum_k weight[k] * u[S-(W-1)+t+k]
-std::vector<double> preactivation(const Problem& p, const std::vector<double>& u, int64_t L,
-                                  int64_t d) {
+// The u positions token t reads, q[k] for tap k (oldest first): the W-1
+// entries before it, or with parent_tokens its chain of parents, then the
+// state from its newest entry backwards.
+std::vector<int64_t> taps(const Problem& p, int64_t n, int64_t s, int64_t t) {
+  std::vector<int64_t> q(size_t(p.W));
+  int64_t pos = s + t;
+  for (int k = p.W - 1; k >= 0; --k) {
+    q[size_t(k)] = pos;
+    pos = pos - s >= 1 ? s + p.parent(n, pos - s) : pos - 1;
+  }
+  return q;
+}
+
+// pre_n[t] = bias + sum_k weight[k] * u[q_t[k]]
+std::vector<double> preactivation(const Problem& p, int64_t n, const std::vector<double>& u,
+                                  int64_t s, int64_t L, int64_t d) {
   std::vector<double> pre(size_t(L), 0.0);
-  const int64_t off = p.S - (p.W - 1);
   for (int64_t t = 0; t < L; ++t) {
-    double s = p.bias ? get(p.bias, d) : 0.0;
-    for (int k = 0; k < p.W; ++k) s += get(p.weight, d, k) * u[size_t(off + t + k)];
-    pre[size_t(t)] = s;
+    const std::vector<int64_t> q = taps(p, n, s, t);
+    double v = p.bias ? get(p.bias, d) : 0.0;
+    for (int k = 0; k < p.W; ++k) v += get(p.weight, d, k) * u[size_t(q[size_t(k)])];
+    pre[size_t(t)] = v;
   }
   return pre;
 }
@@ -71,8 +89,9 @@ void forward(const Problem& p) {
       const int64_t L = p.seq_len(n), b = p.seq_batch(n), t0 = p.seq_begin(n);
       // Every read of h0 (into u) happens before the write of ht below, so an
       // aliased in-place state update is correct.
-      const std::vector<double> u = extended(p, n, d);
-      const std::vector<double> pre = preactivation(p, u, L, d);
+      int64_t s = 0;
+      const std::vector<double> u = extended(p, n, d, &s);
+      const std::vector<double> pre = preactivation(p, n, u, s, L, d);
       if (p.y) {
         for (int64_t t = 0; t < L; ++t) {
           double v = act(p.act, pre[size_t(t)]);
@@ -80,9 +99,12 @@ void forward(const Problem& p) {
           put(p.y, v, b, t0 + t, d);
         }
       }
-      const int64_t row = p.ht_row(n);
+      // The final state is the last E entries of u: E = S (entry j at its
+      // slot), or (W-2) + L_n entries from the row's start (speculative).
+      const int64_t row = p.ht_row(n), E = p.final_entries(n), from = s + L - E;
       if (row >= 0)
-        for (int64_t j = 0; j < p.S; ++j) put(p.ht, u[size_t(L + j)], row, d, p.final_slot(n, j));
+        for (int64_t j = 0; j < E; ++j)
+          put(p.ht, u[size_t(from + j)], row, d, p.accepted ? j : p.final_slot(n, j));
     }
   }
 }
@@ -95,8 +117,9 @@ void backward(const Problem& p) {
       const int64_t L = p.seq_len(n), b = p.seq_batch(n), t0 = p.seq_begin(n);
       std::vector<double> du(size_t(p.S + L), 0.0);
       if (p.dy) {  // an absent dy contributes no term at all (semantics §2)
-        const std::vector<double> u = extended(p, n, d);
-        const std::vector<double> pre = preactivation(p, u, L, d);
+        int64_t s = 0;  // = S: the backward takes no serving arguments
+        const std::vector<double> u = extended(p, n, d, &s);
+        const std::vector<double> pre = preactivation(p, n, u, s, L, d);
         std::vector<double> dpre(size_t(L), 0.0);
         for (int64_t t = 0; t < L; ++t)
           dpre[size_t(t)] = get(p.dy, b, t0 + t, d) * act_grad(p.act, pre[size_t(t)]);

@@ -48,7 +48,7 @@ using shortconv::load_f64;
 using shortconv::store_f64;
 
 constexpr uint8_t kSentinel = 0x5A;  // output bytes before a call
-constexpr int kTensors = 16;         // sc_conv_args tensor fields, in header order
+constexpr int kTensors = 18;         // sc_conv_args tensor fields, in header order
 
 // The tensor fields of sc_conv_args in header order, with their roles.
 struct Field {
@@ -73,8 +73,10 @@ const Field kFields[kTensors] = {
     {"dweight", &sc_conv_args::dweight, false, true},
     {"dbias", &sc_conv_args::dbias, false, true},
     {"dinitial_state", &sc_conv_args::dinitial_state, false, true},
+    {"num_accepted", &sc_conv_args::num_accepted, false, false},
+    {"parent_tokens", &sc_conv_args::parent_tokens, false, false},
 };
-enum FieldId { X, WEIGHT, BIAS, RES, CU, H0, H0I, Y, HT, HTI, DY, DHT, DX, DW, DB, DH0 };
+enum FieldId { X, WEIGHT, BIAS, RES, CU, H0, H0I, Y, HT, HTI, DY, DHT, DX, DW, DB, DH0, ACC, PAR };
 
 // One iteration's memory: an arena per tensor (aliasing mutations may point a
 // tensor into another's arena), large enough for any tensor of the iteration.
@@ -164,8 +166,8 @@ void draw_valid(Rng& r, World& w) {
   sc_conv_args_init(&a);
   w.fwd = r.chance(0.5);
   const int W = r.chance(0.9) ? int(r.uni(1, 6)) : int(r.uni(7, 40));
-  const int S = r.chance(0.3) ? -1 : int(std::max<int64_t>(0, W - 1 + r.uni(0, 3)));
-  const int Sv = S < 0 ? W - 1 : S;
+  int S = r.chance(0.3) ? -1 : int(std::max<int64_t>(0, W - 1 + r.uni(0, 3)));
+  int Sv = S < 0 ? W - 1 : S;
   const sc_dtype all[4] = {SC_F32, SC_F16, SC_BF16, SC_F64};
   const sc_dtype A = all[r.uni(0, 3)], P = all[r.uni(0, 3)], Z = all[r.uni(0, 3)];
   const sc_dtype I = r.chance(0.5) ? SC_I32 : SC_I64;
@@ -182,6 +184,22 @@ void draw_valid(Rng& r, World& w) {
     B = r.chance(0.05) ? 0 : r.uni(1, 3);
     T = r.chance(0.05) ? 0 : r.uni(1, 12);
     N = B;
+  }
+  // Serving steps (forward and backward: the backward refuses them): rows long
+  // enough for the longest sequence mostly, counts and parents mostly valid.
+  int64_t longest = packed ? 0 : T;
+  for (size_t n = 1; n < cu.size(); ++n) longest = std::max(longest, cu[n] - cu[n - 1]);
+  const bool spec = r.chance(0.12), tree = r.chance(0.12);
+  if (spec && r.chance(0.8)) {
+    Sv = int(std::max<int64_t>(Sv, W - 2 + longest));
+    S = S < 0 && Sv == W - 1 ? -1 : Sv;
+  }
+  std::vector<int64_t> acc, par;
+  const int64_t M = longest + (r.chance(0.2) ? r.uni(-1, 2) : 0);
+  for (int64_t n = 0; n < N; ++n) {
+    acc.push_back(r.chance(0.9) ? r.uni(1, std::max<int64_t>(1, Sv - W + 2)) : r.uni(-1, Sv + 2));
+    for (int64_t t = 0; t < std::max<int64_t>(M, 0); ++t)
+      par.push_back(t == 0 ? -1 : r.chance(0.95) ? r.uni(0, t - 1) : r.uni(t, t + 2));
   }
   a.width = W;
   a.state_len = S;
@@ -233,13 +251,21 @@ void draw_valid(Rng& r, World& w) {
   const bool in_place = w.fwd && a.initial_state.ndim && a.final_state.ndim &&
                         (h0_pool == ht_pool) && r.chance(0.4);
   if (in_place) h0i = hti;
+  if (spec && (a.initial_state.ndim || a.final_state.ndim || r.chance(0.1)))
+    a.num_accepted = desc(I, {N});
+  if (tree && M >= 0) a.parent_tokens = desc(I, {N, M});
 
   // Layouts (inputs may broadcast), then arenas sized for any tensor.
   for (int f = 0; f < kTensors; ++f) {
     sc_tensor& t = w.t(f);
     if (!t.ndim) continue;
-    if (f == CU || f == H0I || f == HTI) {
+    if (f == CU || f == H0I || f == HTI || f == ACC) {
       t.stride[0] = r.chance(0.2) ? 2 : 1;
+      continue;
+    }
+    if (f == PAR) {  // row-major, sometimes padded rows
+      t.stride[1] = 1;
+      t.stride[0] = std::max<int64_t>(M, 1) + (r.chance(0.2) ? 1 : 0);
       continue;
     }
     layout(r, t, !w.is_output(f));
@@ -258,7 +284,7 @@ void draw_valid(Rng& r, World& w) {
     w.home[f] = f;
     w.offset[f] = 0;
     t.data = base;
-    if (w.is_output(f) || f == CU || f == H0I || f == HTI) continue;
+    if (w.is_output(f) || f == CU || f == H0I || f == HTI || f == ACC || f == PAR) continue;
     for (int64_t i = 0, n = extent_elems(t); i < n; ++i)
       store_f64(base, t.dtype, i,
                 draw_value(r, true, f != DY && f != DHT, sc_dtype(t.dtype)) *
@@ -280,11 +306,22 @@ void draw_valid(Rng& r, World& w) {
   if (a.cu_seqlens.ndim) fill_index(CU, cu);
   if (a.initial_state_indices.ndim) fill_index(H0I, h0i);
   if (a.final_state_indices.ndim) fill_index(HTI, hti);
+  if (a.num_accepted.ndim) fill_index(ACC, acc);
+  if (a.parent_tokens.ndim) {
+    const sc_tensor& t = w.t(PAR);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < M; ++k) {
+        const int64_t off = n * t.stride[0] + k, v = par[size_t(n * M + k)];
+        if (t.dtype == SC_I32) reinterpret_cast<int32_t*>(t.data)[off] = int32_t(v);
+        else reinterpret_cast<int64_t*>(t.data)[off] = v;
+      }
+  }
   std::ostringstream os;
   os << (w.fwd ? "forward" : "backward") << " W=" << W << " S=" << S << " D=" << D
      << (packed ? " packed N=" : " dense B=") << (packed ? N : B) << " T=" << T << " dtypes "
      << A << P << Z << " pool=" << pool << " in_place=" << in_place << " tiles "
-     << a.exec.tile_t << "x" << a.exec.tile_d << " threads " << a.exec.num_threads;
+     << a.exec.tile_t << "x" << a.exec.tile_d << " threads " << a.exec.num_threads
+     << (a.num_accepted.ndim ? " num_accepted" : "") << (a.parent_tokens.ndim ? " parent_tokens" : "");
   w.log = os.str();
 }
 
@@ -373,7 +410,7 @@ void mutate(Rng& r, World& w) {
       }
       break;
     case 10:
-      for (int g : {H0I, HTI}) {
+      for (int g : {H0I, HTI, ACC}) {
         sc_tensor& ix = w.t(g);
         if (ix.ndim != 1 || ix.shape[0] <= 0 || !in_arena(w, g)) continue;
         const int64_t i = r.uni(0, ix.shape[0] - 1);

@@ -420,3 +420,160 @@ def apply_update_defect(defect, kw, P):
         kw["residual"] = torch.zeros(x.shape[:-1] + (x.shape[-1] + 1,), dtype=x.dtype)
         return ValueError, "residual"
     return None
+
+
+# ---- causal_conv1d_update: serving steps (speculative decoding, tree drafts) ------------
+SERVING_DEFECTS = [
+    "num_accepted:zero", "num_accepted:past_row", "num_accepted:float", "num_accepted:shape",
+    "num_accepted:list", "parent_tokens:forward", "parent_tokens:negative",
+    "parent_tokens:short", "parent_tokens:rank1", "cache:short_rows",
+]
+
+
+def serving_reference(x, cache, w, b, act, idx, lengths, acc, parents, D, W, S):
+    """docs/semantics.md section 5 in float64, one sequence at a time: (y [tokens, D], cache)."""
+    start, out = cache.double(), cache.clone()
+    xs = x.reshape(-1, D).double()
+    ys, t0 = [], 0
+    for n, L in enumerate(lengths):
+        row = int(idx[n]) if idx is not None else n
+        if acc is not None:  # the window of W-1 entries from acc - 1; s = W-1
+            s = W - 1
+            a = int(acc[n])
+            h = start[row, :, a - 1:a - 1 + s] if row >= 0 else torch.zeros(D, s, dtype=torch.float64)
+        else:
+            s = S
+            h = start[row] if row >= 0 else torch.zeros(D, S, dtype=torch.float64)
+        u = torch.cat([h, xs[t0:t0 + L].t()], 1)
+        for t in range(L):
+            q, pos = [0] * W, s + t
+            for k in range(W - 1, -1, -1):
+                q[k] = pos
+                if pos - s >= 1:
+                    pos = s + (int(parents[n, pos - s]) if parents is not None else pos - s - 1)
+                else:
+                    pos -= 1
+            v = (u[:, q] * w.double()).sum(1) + (b.double() if b is not None else 0)
+            ys.append(v * torch.sigmoid(v) if act == "silu" else v)
+        if row >= 0:
+            if acc is None:
+                out[row] = u[:, L:L + S].to(out.dtype)
+            elif L > 0:
+                E = W - 2 + L
+                out[row, :, :E] = u[:, 1:1 + E].to(out.dtype)
+        t0 += L
+    return (torch.stack(ys) if ys else xs.new_zeros(0, D)), out
+
+
+@FUZZ
+@given(st.data())
+def test_fuzz_serving_steps(data):
+    """causal_conv1d_update(num_accepted=, parent_tokens=): a clean error naming the argument
+    with the pool unchanged, or the section-5 reference (rows: copies, exact)."""
+    d = data.draw
+    gen = torch.Generator().manual_seed(d(st.integers(0, 2**31 - 1), label="seed"))
+    xdt = d(st.sampled_from(FLOATS), label="x dtype")
+    W, D = d(st.integers(1, 5), label="W"), d(st.integers(1, 5), label="D")
+    N = d(st.integers(1, 4), label="N")
+    packed = d(st.booleans(), label="packed")
+    if packed:
+        lengths = d(st.lists(st.integers(0, 4), min_size=N, max_size=N), label="lengths")
+        xshape = (1, sum(lengths), D)
+    else:
+        T = d(st.integers(1, 4), label="T")
+        lengths, xshape = [T] * N, (N, T, D)
+    spec, tree = d(st.sampled_from([(True, False), (False, True), (True, True)]), label="kind")
+    longest = max(lengths)
+    S = max(W - 1, W - 2 + longest) + d(st.integers(0, 2), label="extra entries") if spec else \
+        d(st.sampled_from([W - 1, W]), label="S")
+    P = N + d(st.integers(0, 2), label="extra rows")
+    rows = torch.randperm(P, generator=gen)[:N]
+    idx = torch.where(torch.rand(N, generator=gen) < 0.25, torch.full_like(rows, -1), rows).int()
+    acc = None
+    if spec:
+        hi = S - (W - 1) + 1
+        acc = torch.randint(1, hi + 1, (N,), generator=gen, dtype=torch.int32)
+        acc = torch.where(idx < 0, torch.full_like(acc, -9), acc)  # rows nobody reads: any count
+    parents = None
+    if tree:
+        M = longest + d(st.integers(0, 1), label="extra parents")
+        shape = d(st.sampled_from(["chain", "star", "random"]), label="tree")
+        parents = torch.full((N, M), -1, dtype=torch.int64)
+        for t in range(1, M):
+            parents[:, t] = (t - 1 if shape == "chain" else 0 if shape == "star"
+                             else torch.randint(0, t, (N,), generator=gen))
+    cu = None
+    if packed:
+        cu = torch.tensor([sum(lengths[:i]) for i in range(N + 1)], dtype=torch.int64)
+    x = Arg(xshape, xdt, draw_layout(d, False), 1.0, gen).value()
+    w = Arg((D, W), xdt, "contig", 1.0, gen).value()
+    b = Arg((D,), xdt, "contig", 1.0, gen).value() if d(st.booleans(), label="bias") else None
+    cache = Arg((P, D, S), xdt, d(st.sampled_from(["contig", "transpose"])), 1.0, gen).value()
+    act = d(st.sampled_from([None, "silu"]), label="activation")
+    kw = dict(x=x, cache=cache, weight=w, bias=b, activation=act, cache_indices=idx,
+              cu_seqlens=cu, num_accepted=acc, parent_tokens=parents)
+
+    defect = d(st.sampled_from([None] * len(SERVING_DEFECTS) + SERVING_DEFECTS), label="defect")
+    expected = apply_serving_defect(defect, kw, lengths, W) if defect else None
+    event("defect" if expected is not None else "valid")
+    if expected is not None:
+        expect_error(lambda: shortconv.causal_conv1d_update(**kw), *expected, values=kw)
+        return
+    start = cache.clone()
+    y, out = shortconv.causal_conv1d_update(**kw)
+    assert out is cache and y.shape == x.shape
+    yr, expect_cache = serving_reference(x, start, w, b, act, idx, lengths, acc, parents, D, W, S)
+    check_close(y.reshape(-1, D), yr, xdt, "y", xdt)
+    assert torch.equal(cache, expect_cache), "cache"
+
+
+def apply_serving_defect(defect, kw, lengths, W):
+    arg, kind = defect.split(":")
+    acc, parents, idx = kw["num_accepted"], kw["parent_tokens"], kw["cache_indices"]
+    reader = next((n for n in range(idx.numel()) if int(idx[n]) >= 0), None)
+    if arg == "num_accepted":
+        if acc is None:
+            return None
+        if kind == "float":
+            kw["num_accepted"] = acc.float()
+            return TypeError, "num_accepted"
+        if kind == "list":
+            kw["num_accepted"] = acc.tolist()
+            return TypeError, "num_accepted"
+        if kind == "shape":
+            kw["num_accepted"] = torch.cat([acc, acc[:1]])
+            return ValueError, "num_accepted"
+        if reader is None:
+            return None  # no count is read
+        acc = acc.clone()
+        acc[reader] = 0 if kind == "zero" else kw["cache"].shape[2] - (W - 1) + 2
+        kw["num_accepted"] = acc
+        return ValueError, "num_accepted[%d]" % reader
+    if arg == "parent_tokens":
+        if parents is None:
+            return None
+        if kind == "rank1":
+            kw["parent_tokens"] = parents.reshape(-1)
+            return ValueError, "parent_tokens"
+        if kind == "short":
+            if max(lengths) == 0:
+                return None
+            kw["parent_tokens"] = parents[:, :max(lengths) - 1]
+            return ValueError, "parent_tokens"
+        n = next((k for k, L in enumerate(lengths) if L >= 2), None)
+        if n is None:
+            return None
+        parents = parents.clone()
+        parents[n, 1] = 1 if kind == "forward" else -1
+        kw["parent_tokens"] = parents
+        return ValueError, "parent_tokens[%d, 1]" % n
+    if defect == "cache:short_rows":
+        if acc is None or max(lengths) == 0:
+            return None
+        S_short = W - 3 + max(lengths)  # one entry too few for the longest sequence
+        if S_short < max(W - 1, 0):
+            return None
+        kw["cache"] = kw["cache"][:, :, :S_short]
+        kw["num_accepted"] = torch.ones_like(acc)
+        return ValueError, "num_accepted"
+    return None

@@ -200,21 +200,24 @@ def test_update_speculative_one_token_one_accepted_is_the_plain_update(device):
 
 def test_update_speculative_bad_counts_are_errors(device):
     x, pool, w, b = _decode_case(device, T=2, S=5)
+    rows = torch.tensor([0, 1, 2, 3], device=device)
+    before = pool.clone()
     with pytest.raises(ValueError, match="num_accepted_tokens"):
-        vllm.causal_conv1d_update(x, pool, w, b, True, torch.tensor([0, 1, 2, 3], device=device),
+        vllm.causal_conv1d_update(x, pool, w, b, True, rows,
                                   num_accepted_tokens=torch.ones(3, dtype=torch.int32, device=device))
     with pytest.raises(ValueError, match="conv_state"):  # rows too short for 2 tokens, W = 4: E = 4
-        vllm.causal_conv1d_update(x, pool.narrow(2, 0, 3), w, b, True,
-                                  torch.tensor([0, 1, 2, 3], device=device),
+        vllm.causal_conv1d_update(x, pool.narrow(2, 0, 3), w, b, True, rows,
                                   num_accepted_tokens=torch.ones(4, dtype=torch.int32, device=device))
-    if device == "cpu":  # a count of 0 reads before the row: an error (asynchronous on the GPU)
-        with pytest.raises(RuntimeError):
-            vllm.causal_conv1d_update(x, pool, w, b, True, torch.tensor([0, 1, 2, 3]),
-                                      num_accepted_tokens=torch.tensor([1, 0, 1, 1], dtype=torch.int32))
+    if device == "cpu":  # contents: checked on the host (device tensors are clamped, section 7)
+        for bad in ([1, 0, 1, 1], [1, 1, 4, 1]):  # 0, and past the row (> S - (W-1) + 1 = 3)
+            n = next(i for i, v in enumerate(bad) if v != 1)
+            with pytest.raises(ValueError, match=r"num_accepted_tokens\[%d\]" % n):
+                vllm.causal_conv1d_update(x, pool, w, b, True, rows,
+                                          num_accepted_tokens=torch.tensor(bad, dtype=torch.int32))
+    assert torch.equal(pool, before)  # nothing written
 
 
 @pytest.mark.parametrize("name,value", [
-    ("retrieve_parent_token", torch.zeros(4, 2, dtype=torch.int32)),
     ("block_idx_last_scheduled_token", torch.zeros(4, dtype=torch.int32)),
     ("initial_state_idx", torch.zeros(4, dtype=torch.int32))])
 def test_update_unsupported_arguments_are_named(name, value, device):
