@@ -25,6 +25,7 @@ import ctypes
 import os
 import re
 import struct
+import threading
 
 import torch
 
@@ -271,6 +272,32 @@ else:  # pragma: no cover - very old torch
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
+# Host backends' forward scratch, per thread (a workspace serves one call at a time):
+# (address, bytes, buffer), grown to what the library asks for, up to _SCRATCH_MAX.
+_SCRATCH_MAX = 64 << 20
+_scratch = threading.local()
+
+
+def _host_scratch():
+    s = getattr(_scratch, "buf", None)
+    return s if s is not None else (0, 0, None)
+
+
+def _grow_host_scratch(call):
+    """After SC_ERR_WORKSPACE on a host call: size it (the query) and keep a buffer that
+    large for this thread; False when the size is beyond _SCRATCH_MAX."""
+    base = call.base
+    status = _sc_forward_ws(base, base + WS_OFF, base + ERR_OFF)
+    if status:
+        call._raise(status)
+    nbytes = _SIZE_UNPACK(call.buf, WS_OFF)[0]
+    if nbytes > _SCRATCH_MAX or nbytes <= _host_scratch()[1]:
+        return False
+    buf = (ctypes.c_char * nbytes)()
+    _scratch.buf = (ctypes.addressof(buf), nbytes, buf)
+    return True
+
+
 class Call:
     """One sc_conv_args being filled for a call on x's device.
 
@@ -318,6 +345,7 @@ class Call:
 
         ``output``: the library writes ``t`` (the decode cache), so its memory
         must hold exactly its values (no lazily negated view to resolve).
+        Returns the tensor described (a resolved copy for a lazy view).
         """
         tt = type(t)
         if (tt is not _TorchTensor and tt is not _Parameter) or t.is_neg():
@@ -336,6 +364,7 @@ class Call:
                              % (self.where, self.name(field), nd, _MAX_DIMS))
         try:
             _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), code, nd, *t.shape, *t.stride())
+            return t
         except (RuntimeError, NotImplementedError) as e:
             # Tensors without strided storage (sparse, mkldnn, nested, functorch-batched,
             # ...) refuse data_ptr / shape / stride: their memory is not their values.
@@ -382,6 +411,16 @@ class Call:
         _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), codes[t.dtype], nd,
                          *t.shape, *t.stride())
 
+    def set_tokens(self, field, t, checked=False):
+        """Describe a 2-D [N, D] tensor (one token per sequence) as [N, 1, D] -- the view
+        unsqueeze(1) would make -- without making it: set() when not `checked`."""
+        if not checked:
+            t = self.set(field, t)  # every check (a lazy view resolved); then the 3-D description
+        n, d = t.shape
+        sn, sd = t.stride()
+        _TENSOR_PACK[3](self.buf, OFF[field], t.data_ptr(), FLOAT_CODES[t.dtype], 3, n, 1, d,
+                        sn, d * sd, sd)
+
     def set_pad_index(self, pad):
         """The state index that means "no row" besides -1 (an engine's pad slot id)."""
         _PAD_PACK(self.buf, _PAD_OFF, pad)
@@ -421,7 +460,27 @@ class Call:
         del ws
 
     def run_forward(self):
-        self._run(_sc_forward_ws, _sc_forward)
+        """sc_forward with no separate size query in the common case: a CUDA forward needs
+        no workspace, a host backend's gets this thread's cached scratch buffer; when the
+        library asks for more (SC_ERR_WORKSPACE) the call is redone with the size query
+        and a workspace of that size (which the host cache then keeps, up to a bound)."""
+        if self.cuda_index >= 0 and self.cuda_index != _current_device():
+            with torch.cuda.device(self.cuda_index):
+                return self._forward_here()
+        return self._forward_here()
+
+    def _forward_here(self):
+        base = self.base
+        if self.cuda_index < 0:
+            scratch = _host_scratch()
+            _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, scratch[0], scratch[1])
+        status = _sc_forward(base, base + ERR_OFF)
+        if status == SC_ERR_WORKSPACE:
+            if self.cuda_index < 0 and _grow_host_scratch(self):
+                return self._forward_here()
+            return self._run_here(_sc_forward_ws, _sc_forward)
+        if status:
+            self._raise(status)
 
     def run_backward(self):
         self._run(_sc_backward_ws, _sc_backward)

@@ -140,18 +140,25 @@ def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len
 
 def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
                 has_initial_state=None, cache_seqlens=None, pad_slot_id=-1, num_accepted=None,
-                parent_tokens=None, where="shortconv.causal_conv1d_update"):
+                parent_tokens=None, where="shortconv.causal_conv1d_update", one_token=False):
     """y [like x]; cache (a state [N, D, S] or pool [P, D, S]) updated in place.
     has_initial_state [N] (false: zero state read), cache_seqlens [N] (ring rows),
     pad_slot_id, num_accepted [N] (speculative rows), parent_tokens [N, M] (tree drafts):
-    docs/semantics.md section 5."""
+    docs/semantics.md section 5.  one_token: x, residual (and y) are [N, D], one token per
+    sequence, described to the library as [N, 1, D] (no view made)."""
     c = Call(where, x, _width(weight), -1, activation, _CACHE_NAMES)
-    c.set("x", x)
+    if one_token:
+        c.set_tokens("x", x)
+    else:
+        c.set("x", x)
     c.set("weight", weight)
     if bias is not None:
         c.set("bias", bias)
     if residual is not None:
-        c.set("residual", residual)
+        if one_token:
+            c.set_tokens("residual", residual)
+        else:
+            c.set("residual", residual)
     if cu_seqlens is not None:
         c.set("cu_seqlens", cu_seqlens, INDEX_CODES)
     c.set("final_state", cache, output=True)
@@ -170,7 +177,10 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
     if pad_slot_id != -1:
         c.set_pad_index(pad_slot_id)
     y = _like_x(x)
-    c.set_out("y", y)
+    if one_token:
+        c.set_tokens("y", y, checked=True)
+    else:
+        c.set_out("y", y)
     c.run_forward()
     return y
 

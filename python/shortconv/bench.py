@@ -18,6 +18,7 @@ fraction of the copy-bandwidth floor.
   forward+backward 5.  frac = floor / time (1.0 = copy speed).
 - Small working sets rotate over several copies of their buffers, so they are
   not timed out of cache (like the CLI).
+- --decode: the decode section instead (shortconv/bench_decode.py).
 """
 
 import argparse
@@ -207,6 +208,10 @@ def main(argv=None):
     ap.add_argument("--no-torch", action="store_true", help="skip the F.conv1d reference")
     ap.add_argument("--threads", type=int, help="CPU: torch.set_num_threads")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    ap.add_argument("--decode", action="store_true",
+                    help="only the decode section (shortconv.bench_decode): one decode step on "
+                         "a pool of 1024 rows, eager and (GPU) graph-replay times against a torch "
+                         "elementwise op, the floor and an empty kernel")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -225,6 +230,14 @@ def main(argv=None):
             s.dtypes = (a.dtype,)
     budget = a.budget if a.budget is not None else BUDGET_S[device]
     bw = copy_GBps(device)
+    if a.decode:
+        from . import bench_decode
+        dtype = DTYPES[a.dtype] if a.dtype else torch.bfloat16
+        rows = bench_decode.run(device, budget, bw, dtype, out=None if a.json else print)
+        if a.json:
+            print(json.dumps(dict(device=device, torch=torch.__version__, copy_GBps=bw,
+                                  library=shortconv.library_path, decode=rows), indent=1))
+        return 0
     devname = torch.cuda.get_device_name() if device == "cuda" else "cpu (%d threads)" % (
         torch.get_num_threads())
     results = []

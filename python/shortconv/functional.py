@@ -295,11 +295,13 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
         elif x.dim() == 3 and x.shape[-2] * x.shape[-1] == D:  # [N, H, Dh] -> [N, D]
             x = x.flatten(1)
             residual = residual.flatten(1) if residual is not None else None
-    if x.dim() == 2 and cu_seqlens is None:
-        # [N, D]: one token for each of N sequences -> [N, 1, D] (a view)
-        x = x.unsqueeze(1)
-        if residual is not None:
-            residual = residual.unsqueeze(1)
+    one_token = x.dim() == 2 and cu_seqlens is None  # [N, D]: one token for each of N sequences
+    if one_token:
+        if _ops.use_custom_op():  # traced: the [N, 1, D] view; eager: described as one directly
+            x = x.unsqueeze(1)
+            if residual is not None:
+                residual = residual.unsqueeze(1)
+            one_token = False
     elif (x.dim() == 3 and x.shape[0] == 1 and x.shape[1] > 1 and cu_seqlens is None
           and cache_indices is None and cache.dim() == 3 and cache.shape[0] == x.shape[1]):
         # FLA's [1, N, D]: one token for each of N sequences -> [N, 1, D] (a view)
@@ -311,15 +313,14 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
                                                      cache_indices, cu_seqlens, act,
                                                      has_initial_state, cache_seqlens, pad_slot_id,
                                                      num_accepted, parent_tokens)
-    else:
-        with torch.no_grad():
-            y = _ops.update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act,
-                                 has_initial_state, cache_seqlens, pad_slot_id, num_accepted,
-                                 parent_tokens)
+    else:  # (no autograd involved: y is allocated with torch.empty_like, the rest is ctypes)
+        y = _ops.update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act,
+                             has_initial_state, cache_seqlens, pad_slot_id, num_accepted,
+                             parent_tokens, one_token=one_token)
         # The library wrote cache behind autograd's back: bump its version, as
         # every in-place op does, so a backward through a graph that saved
         # cache (e.g. as an initial_state) fails loudly instead of using the
         # new values.  Inference tensors have no version counter.
         if not cache.is_inference():
             _increment_version(cache)
-    return y.view(shape), cache
+    return (y if y.shape == shape else y.view(shape)), cache

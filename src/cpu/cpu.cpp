@@ -22,6 +22,7 @@
 #include <cstring>
 
 #include "core/backend.hpp"
+#include "cpu/cpu_copy.hpp"
 #include "cpu/cpu_fpmode.hpp"
 #include "cpu/cpu_plan.hpp"
 
@@ -42,6 +43,8 @@ Isa pick_isa() {
   return isa;
 }
 
+constexpr double kZeros = 0.0;  // the source of a zero row (stride 0)
+
 int dtype_slot(sc_dtype dt) {
   switch (dt) {
     case SC_F32: return 0;
@@ -54,17 +57,26 @@ int dtype_slot(sc_dtype dt) {
 // The phases below run inside run_impl's one parallel region: each is an
 // orphaned `omp for` (its implicit barrier separates it from the next).
 
-// 0: weights and bias -> A, packed [Dp/L][W+1][L] (only the tiles read them).
+// 0: weights and bias -> A, packed [Dp/L][W+1][L] (only the tiles read them),
+// one vector block of L channels per task, one typed strided copy per tap.
 template <class A>
 void pack_params(const Problem& p, const Plan& pl, int64_t L, A* wb) {
   const int W = p.W;
+  constexpr int32_t Adt = acc_dtype<A>();
 #pragma omp for schedule(static)
-  for (int64_t d = 0; d < (pl.run_tiles ? pl.Dp : 0); ++d) {
-    const bool real = d < p.D;
-    A* w = wb + (d / L) * (W + 1) * L + d % L;
-    for (int k = 0; k < W; ++k)
-      w[k * L] = real ? A(load_f64(p.weight.data, p.weight.dtype, p.weight.off(d, k))) : A(0);
-    w[W * L] = real && p.bias ? A(load_f64(p.bias.data, p.bias.dtype, p.bias.off(d))) : A(0);
+  for (int64_t v = 0; v < (pl.run_tiles ? pl.Dp / L : 0); ++v) {
+    const int64_t d0 = v * L, n = std::clamp<int64_t>(p.D - d0, 0, L);
+    A* w = wb + v * (W + 1) * L;
+    for (int k = 0; k <= W; ++k) {
+      A* dst = w + k * L;
+      if (k < W)
+        copy_elems(elem_ptr(p.weight.data, p.weight.dtype, p.weight.off(d0, k)), p.weight.dtype,
+                   p.weight.stride[0], dst, Adt, 1, n);
+      else if (p.bias)
+        copy_elems(elem_ptr(p.bias.data, p.bias.dtype, p.bias.off(d0)), p.bias.dtype,
+                   p.bias.stride[0], dst, Adt, 1, n);
+      std::fill(dst + (k < W || p.bias ? n : 0), dst + L, A(0));
+    }
   }
 }
 
@@ -72,46 +84,53 @@ void pack_params(const Problem& p, const Plan& pl, int64_t L, A* wb) {
 // state or (backward) dh0 of a zero-length sequence.  The entries before x_n
 // in the extended sequence are s = S entries of h0 from entry 0, or with
 // num_accepted s = W-1 entries from window_start(n) (semantics section 5).
+// Each state entry is one typed strided copy over the channels.
 template <class A>
 void sequence_states(const Problem& p, const Plan& pl, A* halo, int64_t n, int64_t da, int64_t db) {
   const int W = p.W;
-  const int64_t Dp = pl.Dp, r0 = p.h0_row(n), Ln = p.seq_len(n);
+  const int64_t Dp = pl.Dp, r0 = p.h0_row(n), Ln = p.seq_len(n), nd = db - da;
   const int64_t s = p.accepted ? W - 1 : p.S;
   const int64_t base = p.accepted && r0 >= 0 ? p.window_start(n) : 0;  // h0 entry of u[0]
-  auto h0_at = [&](int64_t d, int64_t pos) {  // u[pos] for pos < s
-    return r0 >= 0 ? load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, p.state_slot(n, base + pos)))
-                   : 0.0;
+  // u[pos] of channels [da, db) into dst (dtype ddt, stride ds); zeros before a missing h0.
+  const int64_t xb = seq_base(p, p.x, n);
+  auto u_row = [&](int64_t pos, void* dst, int32_t ddt, int64_t ds) {
+    if (pos >= s)
+      copy_elems(elem_ptr(p.x.data, p.x.dtype, xb + (pos - s) * p.x.stride[1] + da * p.x.stride[2]),
+                 p.x.dtype, p.x.stride[2], dst, ddt, ds, nd);
+    else if (r0 >= 0)
+      copy_elems(elem_ptr(p.h0.data, p.h0.dtype, p.h0.off(r0, da, p.state_slot(n, base + pos))),
+                 p.h0.dtype, p.h0.stride[1], dst, ddt, ds, nd);
+    else
+      copy_elems(&kZeros, SC_F64, 0, dst, ddt, ds, nd);
   };
   if (halo) {
     A* h = halo + n * (W - 1) * Dp;  // [W-1][Dp]: u[s-(W-1) .. s)
-    for (int i = 0; i < W - 1; ++i)
-      for (int64_t d = da; d < db; ++d) h[i * Dp + d] = A(h0_at(d, s - (W - 1) + i));
+    for (int i = 0; i < W - 1; ++i) u_row(s - (W - 1) + i, h + i * Dp + da, acc_dtype<A>(), 1);
     if (db == p.D)
-      for (int i = 0; i < W - 1; ++i)
-        for (int64_t d = p.D; d < Dp; ++d) h[i * Dp + d] = A(0);
+      for (int i = 0; i < W - 1; ++i) std::fill(h + i * Dp + p.D, h + (i + 1) * Dp, A(0));
   }
   if (p.dir == Dir::fwd) {
-    // ht[j] = u[from + j], the last E entries of u; ascending j reads the h0
-    // entry base + from + j (>= j) before ht[j] is written, so ht may be h0's
-    // own row.  With ring rows ht[j] goes to the slot of entry L+j, the one
-    // h0[L+j] was read from; later j read others.
+    // ht[j] = u[from + j], the last E entries of u; per channel, ascending j
+    // reads the h0 entry base + from + j (>= j) before ht[j] is written, so ht
+    // may be h0's own row.  With ring rows ht[j] goes to the slot of entry
+    // L+j, the one h0[L+j] was read from; later j read others.
     const int64_t r1 = p.ht_row(n);
     if (r1 < 0) return;
-    const int64_t xb = seq_base(p, p.x, n), E = p.final_entries(n), from = s + Ln - E;
-    for (int64_t d = da; d < db; ++d)
-      for (int64_t j = 0; j < E; ++j) {
-        const int64_t pos = from + j;
-        const double v = pos < s ? h0_at(d, pos)
-                                 : load_f64(p.x.data, p.x.dtype,
-                                            xb + (pos - s) * p.x.stride[1] + d * p.x.stride[2]);
-        const int64_t slot = p.accepted ? j : p.final_slot(n, j);
-        store_f64(p.ht.data, p.ht.dtype, p.ht.off(r1, d, slot), v);
-      }
+    const int64_t E = p.final_entries(n), from = s + Ln - E;
+    for (int64_t j = 0; j < E; ++j) {
+      const int64_t slot = p.accepted ? j : p.final_slot(n, j);
+      u_row(from + j, elem_ptr(p.ht.data, p.ht.dtype, p.ht.off(r1, da, slot)), p.ht.dtype,
+            p.ht.stride[1]);
+    }
   } else if (p.dh0 && Ln == 0) {  // dh0 = dht for a zero-length sequence
-    for (int64_t d = da; d < db; ++d)
-      for (int j = 0; j < p.S; ++j)
-        store_f64(p.dh0.data, p.dh0.dtype, p.dh0.off(n, d, j),
-                  p.dht ? load_f64(p.dht.data, p.dht.dtype, p.dht.off(n, d, j)) : 0.0);
+    for (int j = 0; j < p.S; ++j) {
+      void* dst = elem_ptr(p.dh0.data, p.dh0.dtype, p.dh0.off(n, da, j));
+      if (p.dht)
+        copy_elems(elem_ptr(p.dht.data, p.dht.dtype, p.dht.off(n, da, j)), p.dht.dtype,
+                   p.dht.stride[1], dst, p.dh0.dtype, p.dh0.stride[1], nd);
+      else
+        copy_elems(&kZeros, SC_F64, 0, dst, p.dh0.dtype, p.dh0.stride[1], nd);
+    }
   }
 }
 

@@ -230,7 +230,8 @@ __device__ void write_row(const Args& a, Rows<T, CH>& rows, const Seq& q, const 
       stp<T, CH>(const_cast<T*>(rows.vec_at(a.ht, out, j)), v);
       continue;
     }
-    const int64_t dst_slot = spec ? j : rows.slot(q.L + j);
+    // final-state entry j: slot j, or on a ring the slot of entry L + j, (c + L + j) mod S
+    const int64_t dst_slot = spec || !a.ring.p ? j : (rows.ring + q.L % S + j) % S;
     for (int c = 0; c < CH; ++c) {  // through double: every copy exact, rounded once
       double v = 0.0;
       if (pos >= s) v = double(to_f(xp[(pos - s) * sx + c]));
