@@ -167,6 +167,19 @@ typedef struct sc_conv_args {
   sc_tensor parent_tokens; /* [N, M] int32/int64, optional: tree drafts.  Token t >= 1 of
                               sequence n follows its parent parent_tokens[n, t] in [0, t),
                               token 0 the state (vLLM's retrieve_parent_token) */
+  /* Block tables (vLLM's prefix-caching addressing), all three or none, instead of
+   * initial_state_indices / final_state_indices: sequence n reads pool row
+   * block_table[n, initial_block[n]] and writes row block_table[n, final_block[n]]. */
+  sc_tensor block_table;     /* [N, M] int32/int64 */
+  sc_tensor initial_block;   /* [N] int32/int64 (vLLM's initial_state_idx) */
+  sc_tensor final_block;     /* [N] (vLLM's block_idx_last_scheduled_token) */
+  /* Prefix caching, with a block table, all three or none: the state at the k-th block
+   * boundary (absolute position m * block_size) strictly inside the chunk is also
+   * written, to row block_table[n, first_block[n] + k]. */
+  sc_tensor first_block;     /* [N] (vLLM's block_idx_first_scheduled_token) */
+  sc_tensor computed_tokens; /* [N] >= 0: the chunk's first absolute position
+                                (vLLM's num_computed_tokens) */
+  int64_t block_size;        /* >= 1 (vLLM's block_size_to_align); 0: no snapshots */
 
   sc_exec exec;
 } sc_conv_args;

@@ -123,7 +123,8 @@ TENSOR_FIELDS = (
     "has_initial_state", "ring_offsets",
 )
 # The serving group, after pad_index (forward only).
-SERVING_FIELDS = ("num_accepted", "parent_tokens")
+SERVING_FIELDS = ("num_accepted", "parent_tokens", "block_table", "initial_block", "final_block",
+                  "first_block", "computed_tokens")
 
 
 class _Args(ctypes.Structure):
@@ -133,7 +134,7 @@ class _Args(ctypes.Structure):
         + [(name, _Tensor) for name in TENSOR_FIELDS]
         + [("pad_index", ctypes.c_int64)]
         + [(name, _Tensor) for name in SERVING_FIELDS]
-        + [("exec", _Exec)]
+        + [("block_size", ctypes.c_int64), ("exec", _Exec)]
     )
 
 
@@ -142,7 +143,8 @@ OFF = {name: getattr(_Args, name).offset for name in TENSOR_FIELDS + SERVING_FIE
 _SCALARS_OFF = _Args.width.offset
 _EXEC_OFF = _Args.exec.offset
 _PAD_OFF = _Args.pad_index.offset
-_PAD_PACK = struct.Struct("<q").pack_into  # pad_index
+_PAD_PACK = struct.Struct("<q").pack_into  # pad_index, block_size
+_BLOCK_SIZE_OFF = _Args.block_size.offset
 _WORKSPACE_OFF = _EXEC_OFF + _Exec.workspace.offset
 WS_OFF = (ARGS_SIZE + 7) // 8 * 8
 ERR_OFF = WS_OFF + 8
@@ -424,6 +426,10 @@ class Call:
     def set_pad_index(self, pad):
         """The state index that means "no row" besides -1 (an engine's pad slot id)."""
         _PAD_PACK(self.buf, _PAD_OFF, pad)
+
+    def set_block_size(self, block_size):
+        """Prefix caching's block size (block boundaries get state snapshots)."""
+        _PAD_PACK(self.buf, _BLOCK_SIZE_OFF, block_size)
 
     def _raise(self, status):
         msg = ctypes.string_at(self.base + ERR_OFF).decode(errors="replace")

@@ -140,10 +140,14 @@ def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len
 
 def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
                 has_initial_state=None, cache_seqlens=None, pad_slot_id=-1, num_accepted=None,
-                parent_tokens=None, where="shortconv.causal_conv1d_update", one_token=False):
+                parent_tokens=None, block_table=None, initial_block=None, final_block=None,
+                first_block=None, computed_tokens=None, block_size=0,
+                where="shortconv.causal_conv1d_update", one_token=False):
     """y [like x]; cache (a state [N, D, S] or pool [P, D, S]) updated in place.
     has_initial_state [N] (false: zero state read), cache_seqlens [N] (ring rows),
-    pad_slot_id, num_accepted [N] (speculative rows), parent_tokens [N, M] (tree drafts):
+    pad_slot_id, num_accepted [N] (speculative rows), parent_tokens [N, M] (tree drafts),
+    block_table [N, M] with initial_block / final_block [N] (rows through a table) and
+    first_block / computed_tokens [N] with block_size (prefix-caching snapshots):
     docs/semantics.md section 5.  one_token: x, residual (and y) are [N, D], one token per
     sequence, described to the library as [N, 1, D] (no view made)."""
     c = Call(where, x, _width(weight), -1, activation, _CACHE_NAMES)
@@ -166,6 +170,17 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
     if cache_indices is not None:
         c.set("initial_state_indices", cache_indices, INDEX_CODES)
         c.set_out("final_state_indices", cache_indices, INDEX_CODES)
+    if block_table is not None or initial_block is not None or final_block is not None:
+        for field, t in (("block_table", block_table), ("initial_block", initial_block),
+                         ("final_block", final_block)):
+            if t is not None:
+                c.set(field, t, INDEX_CODES)
+    if first_block is not None:
+        c.set("first_block", first_block, INDEX_CODES)
+    if computed_tokens is not None:
+        c.set("computed_tokens", computed_tokens, INDEX_CODES)
+    if block_size:
+        c.set_block_size(block_size)
     if has_initial_state is not None:
         c.set("has_initial_state", has_initial_state, FLAG_CODES)
     if cache_seqlens is not None:
@@ -418,16 +433,23 @@ if HAS_CUSTOM_OPS:
         schema="(Tensor x, Tensor(a!) cache, Tensor weight, Tensor? bias, Tensor? residual, "
                "Tensor? cache_indices, Tensor? cu_seqlens, int activation, "
                "Tensor? has_initial_state, Tensor? cache_seqlens, int pad_slot_id, "
-               "Tensor? num_accepted, Tensor? parent_tokens) -> Tensor")
+               "Tensor? num_accepted, Tensor? parent_tokens, Tensor? block_table, "
+               "Tensor? initial_block, Tensor? final_block, Tensor? first_block, "
+               "Tensor? computed_tokens, int block_size) -> Tensor")
     def _update_op(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
-                   has_initial_state, cache_seqlens, pad_slot_id, num_accepted, parent_tokens):
+                   has_initial_state, cache_seqlens, pad_slot_id, num_accepted, parent_tokens,
+                   block_table, initial_block, final_block, first_block, computed_tokens,
+                   block_size):
         return update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
                            has_initial_state, cache_seqlens, pad_slot_id, num_accepted,
-                           parent_tokens)
+                           parent_tokens, block_table, initial_block, final_block, first_block,
+                           computed_tokens, block_size)
 
     @_update_op.register_fake
     def _update_fake(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
-                     has_initial_state, cache_seqlens, pad_slot_id, num_accepted, parent_tokens):
+                     has_initial_state, cache_seqlens, pad_slot_id, num_accepted, parent_tokens,
+                     block_table, initial_block, final_block, first_block, computed_tokens,
+                     block_size):
         return _like_x(x)
 
 else:

@@ -28,9 +28,20 @@ Speculative decoding (``causal_conv1d_update(..., num_accepted_tokens=...)``, de
 from ``num_accepted_tokens - 1``, the row's first (width - 2) + L_n entries become the last
 ones of state ++ tokens, and a draft token's window follows its chain of parents.  Prefix
 caching (``block_idx_first_scheduled_token``, ``block_idx_last_scheduled_token``,
-``initial_state_idx``, ``num_computed_tokens``) raises NotImplementedError naming them.  ``metadata`` (vLLM's launch-plan cache), ``max_query_len``
-(a shape hint), ``block_size_to_align`` (used by prefix caching only) and ``validate_data``
-(shortconv validates every call) do not change results and are accepted.  Neither function is
+``initial_state_idx``, ``num_computed_tokens``, ``block_size_to_align``, with a 2-D block
+table as ``cache_indices`` / ``conv_state_indices``) is the core's block-table addressing and
+snapshots (docs/semantics.md section 5): the state at every block boundary inside a prefill
+chunk goes to the row of ``block_idx_first_scheduled_token + k``, the final state to the row
+of ``block_idx_last_scheduled_token``, the initial state comes from ``initial_state_idx``'s;
+given partially it is an error naming the missing ones.  Unlike vLLM's kernel, a chunk
+shorter than width - 1 tokens also writes its final state to ``block_idx_last_scheduled_token``'s
+row (vLLM writes it to the initial row), and a snapshot within the first width - 1 tokens of
+a chunk is taken from the chunk's own initial state (vLLM reads the tokens before the chunk
+in x, another sequence's); a sequence whose initial row is ``pad_slot_id`` reads a zero
+state but still writes its rows unless they are padding too.
+
+``metadata`` (vLLM's launch-plan cache), ``max_query_len`` (a shape hint) and
+``validate_data`` (shortconv validates every call) do not change results and are accepted.  Neither function is
 differentiable (neither is vLLM's).
 """
 
@@ -59,13 +70,6 @@ def _activation(where, activation):
     # vLLM asserts (update) or silently runs no activation (fn): refuse instead.
     raise ValueError("%s: activation: expected True, False, None, 'silu' or 'swish', got %r"
                      % (where, activation))
-
-
-def _not_implemented(where, given, what):
-    names = [name for name, value in given if value is not None]
-    if names:
-        raise NotImplementedError(
-            "%s: %s (%s) is not supported by shortconv yet" % (where, what, ", ".join(names)))
 
 
 def _check_tensor(where, name, t, rank, expected):
@@ -105,17 +109,24 @@ def causal_conv1d_fn(x, weight, bias, conv_states, query_start_loc, cache_indice
         x: (dim, total_tokens), any strides.  weight: (dim, width).  bias: (dim,) or None.
         conv_states: (num_cache_lines, dim, state_len >= width - 1), updated in place.
         query_start_loc: [batch + 1] int32 offsets of the sequences in x.
-        cache_indices: [batch] int32 pool rows (None: row n), pad_slot_id = skipped.
+        cache_indices: [batch] int32 pool rows (None: row n), pad_slot_id = skipped; with
+            prefix caching the block table [batch, blocks] of pool rows.
         has_initial_state: [batch] bool, or None (no sequence has one).
         activation: 'silu', 'swish', True, None or False.
         pad_slot_id: int (vLLM's PAD_SLOT_ID = -1).
+        block_idx_first_scheduled_token, block_idx_last_scheduled_token, initial_state_idx,
+            num_computed_tokens: [batch] int32 each, prefix caching (all or none): the blocks
+            of the first snapshot, of the final state and of the initial state, and the
+            chunk's first absolute position.
+        block_size_to_align: the block size (>= 1 with prefix caching).
     Returns out, x's shape, dtype and layout.
     """
     where = "shortconv.vllm.causal_conv1d_fn"
-    _not_implemented(where, (("block_idx_first_scheduled_token", block_idx_first_scheduled_token),
-                             ("block_idx_last_scheduled_token", block_idx_last_scheduled_token),
-                             ("initial_state_idx", initial_state_idx),
-                             ("num_computed_tokens", num_computed_tokens)), "prefix caching")
+    apc = _prefix_caching(where, (("block_idx_first_scheduled_token", block_idx_first_scheduled_token),
+                                  ("block_idx_last_scheduled_token", block_idx_last_scheduled_token),
+                                  ("initial_state_idx", initial_state_idx),
+                                  ("num_computed_tokens", num_computed_tokens)),
+                          block_size_to_align)
     activation = _activation(where, activation)
     _check_tensor(where, "x", x, (2,), "(dim, total_tokens)")
     _check_tensor(where, "weight", weight, (2,), "(dim, width)")
@@ -125,27 +136,69 @@ def causal_conv1d_fn(x, weight, bias, conv_states, query_start_loc, cache_indice
     if has_initial_state is None:
         has_initial_state = torch.zeros(batch, dtype=torch.bool, device=x.device)
     cache = _state_view(conv_states, weight.shape[1])
-    if cache_indices is None:
-        cache = cache.narrow(0, 0, min(batch, cache.shape[0]))
-    cache_indices, extra = _pad_args(where, cache_indices, pad_slot_id)
+    if apc:  # cache_indices is the block table [batch, blocks]
+        if cache_indices is None:
+            raise ValueError("%s: cache_indices: prefix caching needs the block table "
+                             "[batch, blocks] of pool rows" % where)
+        extra = dict(block_table=cache_indices, initial_block=initial_state_idx,
+                     final_block=block_idx_last_scheduled_token,
+                     first_block=block_idx_first_scheduled_token,
+                     computed_tokens=num_computed_tokens, block_size=block_size_to_align)
+        cache_indices = None
+        if pad_slot_id is not None and pad_slot_id != -1:
+            extra["pad_slot_id"] = pad_slot_id
+    else:
+        if cache_indices is None:
+            cache = cache.narrow(0, 0, min(batch, cache.shape[0]))
+        cache_indices, extra = _pad_args(where, cache_indices, pad_slot_id)
     xs = x.to(conv_states.dtype)
-    y, _ = _F.causal_conv1d_update(xs.t(), cache, weight=weight, bias=bias, activation=activation,
-                                   cache_indices=cache_indices, cu_seqlens=query_start_loc,
-                                   has_initial_state=has_initial_state, **extra)
+    try:
+        y, _ = _F.causal_conv1d_update(xs.t(), cache, weight=weight, bias=bias,
+                                       activation=activation, cache_indices=cache_indices,
+                                       cu_seqlens=query_start_loc,
+                                       has_initial_state=has_initial_state, **extra)
+    except ShortConvError as e:
+        raise _vllm_names(e, _FN_NAMES) from None
     return y.t().to(x.dtype)
 
 
-# vLLM's argument names for the core's, in error messages of causal_conv1d_update.
+def _prefix_caching(where, given, block_size_to_align=None):
+    """Whether vLLM's prefix-caching arguments are given: all of them, or none (an error
+    names the missing ones); with block_size_to_align (causal_conv1d_fn) > 0."""
+    names = [name for name, value in given if value is not None]
+    if not names:
+        return False
+    missing = [name for name, value in given if value is None]
+    if missing:
+        raise ValueError("%s: prefix caching needs %s together; given %s, missing %s"
+                         % (where, ", ".join(n for n, _ in given), ", ".join(names),
+                            ", ".join(missing)))
+    if block_size_to_align is not None and (isinstance(block_size_to_align, bool) or
+                                            not isinstance(block_size_to_align, int) or
+                                            block_size_to_align < 1):
+        raise ValueError("%s: block_size_to_align: expected a block size >= 1 with prefix "
+                         "caching, got %r" % (where, block_size_to_align))
+    return True
+
+
+# vLLM's argument names for the core's, in error messages.
+_APC_NAMES = (("initial_block", "initial_state_idx"),
+              ("final_block", "block_idx_last_scheduled_token"),
+              ("first_block", "block_idx_first_scheduled_token"),
+              ("computed_tokens", "num_computed_tokens"), ("block_size", "block_size_to_align"))
 _UPDATE_NAMES = (("shortconv.causal_conv1d_update", "shortconv.vllm.causal_conv1d_update"),
                  ("num_accepted", "num_accepted_tokens"), ("parent_tokens", "retrieve_parent_token"),
-                 ("cache_indices", "conv_state_indices"), ("cu_seqlens", "query_start_loc"),
-                 ("cache", "conv_state"))
+                 ("block_table", "conv_state_indices"), ("cache_indices", "conv_state_indices"),
+                 ("cu_seqlens", "query_start_loc"), ("cache", "conv_state")) + _APC_NAMES
+_FN_NAMES = (("shortconv.causal_conv1d_update", "shortconv.vllm.causal_conv1d_fn"),
+             ("block_table", "cache_indices"), ("cu_seqlens", "query_start_loc"),
+             ("cache", "conv_states")) + _APC_NAMES
 
 
-def _vllm_names(e):
+def _vllm_names(e, names):
     """e (a ShortConvError) with the core's argument names replaced by vLLM's."""
     msg = str(e)
-    for core, theirs in _UPDATE_NAMES:
+    for core, theirs in names:
         msg = re.sub(r"(?<![A-Za-z0-9_.])%s(?![A-Za-z0-9_])" % re.escape(core), theirs, msg)
     return ShortConvError(msg, e.status)
 
@@ -179,11 +232,15 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
         max_query_len: the longest sequence with query_start_loc (a hint; not needed here).
         retrieve_parent_token: [batch, seqlen] int32, the parent (an earlier token of the
             step) of every draft token after the first (EAGLE trees).
+        block_idx_last_scheduled_token, initial_state_idx: [batch] int32, prefix caching
+            (both or none): conv_state_indices is then the block table [batch, blocks], the
+            state is read from the row of initial_state_idx and written to the row of
+            block_idx_last_scheduled_token.
     Returns out, x's shape, dtype and layout.
     """
     where = "shortconv.vllm.causal_conv1d_update"
-    _not_implemented(where, (("block_idx_last_scheduled_token", block_idx_last_scheduled_token),
-                             ("initial_state_idx", initial_state_idx)), "prefix caching")
+    apc = _prefix_caching(where, (("block_idx_last_scheduled_token", block_idx_last_scheduled_token),
+                                  ("initial_state_idx", initial_state_idx)))
     activation = _activation(where, activation)
     _check_tensor(where, "x", x, (2, 3), "[batch, dim], [batch, dim, seqlen] or [tokens, dim]")
     _check_tensor(where, "weight", weight, (2,), "(dim, width)")
@@ -199,9 +256,19 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
         if x.dim() != 2:
             raise ValueError("%s: x: expected [total_tokens, dim] with query_start_loc, got shape %s"
                              % (where, list(x.shape)))
-    elif conv_state_indices is None:
+    elif conv_state_indices is None and not apc:
         cache = cache.narrow(0, 0, min(x.shape[0], cache.shape[0]))
-    conv_state_indices, extra = _pad_args(where, conv_state_indices, pad_slot_id)
+    if apc:  # conv_state_indices is the block table [batch, blocks]
+        if conv_state_indices is None:
+            raise ValueError("%s: conv_state_indices: prefix caching needs the block table "
+                             "[batch, blocks] of pool rows" % where)
+        extra = dict(block_table=conv_state_indices, initial_block=initial_state_idx,
+                     final_block=block_idx_last_scheduled_token)
+        conv_state_indices = None
+        if pad_slot_id is not None and pad_slot_id != -1:
+            extra["pad_slot_id"] = pad_slot_id
+    else:
+        conv_state_indices, extra = _pad_args(where, conv_state_indices, pad_slot_id)
     xs = x.to(conv_state.dtype)
     if xs.dim() == 3:
         xs = xs.transpose(1, 2)  # the core's [batch, seqlen, dim]
@@ -211,7 +278,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
                                        num_accepted=num_accepted_tokens,
                                        parent_tokens=retrieve_parent_token, **extra)
     except ShortConvError as e:
-        raise _vllm_names(e) from None
+        raise _vllm_names(e, _UPDATE_NAMES) from None
     if y.dim() == 3:
         y = y.transpose(1, 2)
     return y.to(x.dtype)

@@ -43,11 +43,26 @@ static int64_t row_or_none(int64_t r, int64_t pad_index) {
 }
 int64_t Problem::h0_row(int64_t n) const {
   if (!h0 || (has_h0 && !load_flag(has_h0, n))) return -1;
+  if (table) return row_or_none(load_index(table, n, load_index(init_blk, n)), pad_index);
   return h0_idx ? row_or_none(load_index(h0_idx, n), pad_index) : n;
 }
 int64_t Problem::ht_row(int64_t n) const {
   if (!ht) return -1;
+  if (table) return row_or_none(load_index(table, n, load_index(final_blk, n)), pad_index);
   return ht_idx ? row_or_none(load_index(ht_idx, n), pad_index) : n;
+}
+
+int64_t Problem::snapshots(int64_t n) const {
+  if (block_size <= 0 || !ht) return 0;
+  int64_t first = 0;
+  return block_boundaries(load_index(computed, n), seq_len(n), block_size, &first);
+}
+int64_t Problem::snapshot_tokens(int64_t n, int64_t k) const {
+  const int64_t c = load_index(computed, n);
+  return (c / block_size + 1 + k) * block_size - c;
+}
+int64_t Problem::snapshot_row(int64_t n, int64_t k) const {
+  return row_or_none(load_index(table, n, load_index(first_blk, n) + k), pad_index);
 }
 
 int64_t Problem::state_slot(int64_t n, int64_t j) const {

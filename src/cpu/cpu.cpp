@@ -114,13 +114,29 @@ void sequence_states(const Problem& p, const Plan& pl, A* halo, int64_t n, int64
     // reads the h0 entry base + from + j (>= j) before ht[j] is written, so ht
     // may be h0's own row.  With ring rows ht[j] goes to the slot of entry
     // L+j, the one h0[L+j] was read from; later j read others.
-    const int64_t r1 = p.ht_row(n);
-    if (r1 < 0) return;
-    const int64_t E = p.final_entries(n), from = s + Ln - E;
-    for (int64_t j = 0; j < E; ++j) {
-      const int64_t slot = p.accepted ? j : p.final_slot(n, j);
-      u_row(from + j, elem_ptr(p.ht.data, p.ht.dtype, p.ht.off(r1, da, slot)), p.ht.dtype,
-            p.ht.stride[1]);
+    // Prefix caching adds the snapshots (S entries of u from r_k, block boundary
+    // k).  A write into the row h0 was read from goes last, after every write
+    // that still reads it (rows written are distinct: at most one is h0's).
+    const int64_t r1 = p.ht_row(n), E = p.final_entries(n), from = s + Ln - E;
+    const int64_t nsnap = p.snapshots(n);
+    auto final_state = [&] {
+      for (int64_t j = 0; j < E; ++j) {
+        const int64_t slot = p.accepted ? j : p.final_slot(n, j);
+        u_row(from + j, elem_ptr(p.ht.data, p.ht.dtype, p.ht.off(r1, da, slot)), p.ht.dtype,
+              p.ht.stride[1]);
+      }
+    };
+    auto snapshot = [&](int64_t k, int64_t row) {
+      for (int64_t j = 0; j < p.S; ++j)
+        u_row(p.snapshot_tokens(n, k) + j, elem_ptr(p.ht.data, p.ht.dtype, p.ht.off(row, da, j)),
+              p.ht.dtype, p.ht.stride[1]);
+    };
+    const bool in_place = p.state_in_place && r0 >= 0;
+    for (int pass = 0; pass < (in_place ? 2 : 1); ++pass) {  // pass 1: the write into r0
+      const auto now = [&](int64_t row) { return row >= 0 && (!in_place || (row == r0) == (pass == 1)); };
+      if (now(r1)) final_state();
+      for (int64_t k = 0; k < nsnap; ++k)
+        if (const int64_t row = p.snapshot_row(n, k); now(row)) snapshot(k, row);
     }
   } else if (p.dh0 && Ln == 0) {  // dh0 = dht for a zero-length sequence
     for (int j = 0; j < p.S; ++j) {

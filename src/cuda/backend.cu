@@ -83,6 +83,13 @@ Args make_args(const Problem& p, const Plan& pl, void* workspace) {
   a.accepted = dt(p.accepted);
   a.parents = dt(p.parents);
   a.parent_cols = p.parents ? p.parents.shape[1] : 0;
+  a.table = dt(p.table);
+  a.init_blk = dt(p.init_blk);
+  a.final_blk = dt(p.final_blk);
+  a.first_blk = dt(p.first_blk);
+  a.computed = dt(p.computed);
+  a.table_cols = p.table ? p.table.shape[1] : 0;
+  a.block_size = p.block_size;
   a.state_io = int(pl.state_io);
   a.tile_t = pl.tile_t;
   a.tiles_per_row = pl.tiles_per_row;

@@ -176,7 +176,8 @@ void plan_decode(const Problem& p, Plan* pl) {
 bool serving_step(const Problem& p) { return p.dir == Dir::fwd && (p.accepted || p.parents); }
 
 bool decode_shaped(const Problem& p) {
-  if (p.dir != Dir::fwd || p.W > kMaxFastW) return false;
+  // (prefix-caching snapshots are state_fwd's: a prefill chunk takes the tiled paths)
+  if (p.dir != Dir::fwd || p.W > kMaxFastW || p.block_size > 0) return false;
   if (serving_step(p)) return true;
   if (p.exec.tile_t > 0) return false;  // forced time tiles are the tiled paths' (tests sweep them)
   const int64_t most = DecodeTraits::kMaxTokens;

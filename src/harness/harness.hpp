@@ -70,6 +70,13 @@ struct Case {
   std::vector<int64_t> accepted;  // [N] num_accepted (speculative decoding)
   std::vector<int64_t> parents;   // [N, parent_cols] parent_tokens (tree drafts), row-major
   int64_t parent_cols = 0;        // M
+  // Block tables and prefix caching (section 5); empty: absent.  With a table the
+  // pool rows come from it (h0_index / ht_index unused).
+  std::vector<int64_t> block_table;  // [N, table_cols] pool rows, row-major
+  int64_t table_cols = 0;            // M; 0: no block table
+  std::vector<int64_t> initial_block, final_block;  // [N]
+  std::vector<int64_t> first_block, computed;       // [N] (prefix caching)
+  int64_t block_size = 0;
   bool dht = false;       // dfinal_state given to the backward
   bool dy = true;         // dy given (absent = zeros)
   bool dy_broadcast = false;  // dy is one [D] row broadcast with strides {0, 0, 1}
@@ -85,7 +92,13 @@ struct Case {
   int64_t xt() const;
   int64_t state_rows() const { return pool > 0 ? pool : num_seqs(); }
   int64_t seq_len(int64_t n) const { return packed ? lengths[size_t(n)] : T; }
-  bool serving() const { return !accepted.empty() || !parents.empty(); }
+  bool table() const { return table_cols > 0; }
+  bool serving() const { return !accepted.empty() || !parents.empty() || table(); }
+  // Prefix caching: the boundaries inside sequence n's chunk, the chunk's tokens
+  // before boundary k, and the row its snapshot goes to (-1: none).
+  int64_t snapshots(int64_t n) const;
+  int64_t snapshot_tokens(int64_t n, int64_t k) const;
+  int64_t snapshot_row(int64_t n, int64_t k) const;
   int64_t h0_row(int64_t n) const;  // -1: none (also a false flag or the pad index)
   int64_t ht_row(int64_t n) const;  // -1: not written
   std::string describe() const;
@@ -171,7 +184,8 @@ class Prepared {
          *h0_ = nullptr, *h0i_ = nullptr, *hti_ = nullptr, *y_ = nullptr, *ht_ = nullptr,
          *dy_ = nullptr, *dht_ = nullptr, *dx_ = nullptr, *dw_ = nullptr, *db_ = nullptr,
          *dh0_ = nullptr, *h0b_ = nullptr, *h0f_ = nullptr, *ring_ = nullptr, *acc_ = nullptr,
-         *par_ = nullptr;
+         *par_ = nullptr, *tbl_ = nullptr, *iblk_ = nullptr, *fblk_ = nullptr, *first_ = nullptr,
+         *comp_ = nullptr;
   sc_conv_args fa_{}, ba_{};
   Buffer fws_, bws_;
   void* stream_ = nullptr;
@@ -183,7 +197,8 @@ class Prepared {
   void sync() const;
 };
 
-// One checked run: prepare, poison, forward and/or backward, fetch.
+// One checked run: prepare, poison, forward and/or backward, fetch (forward
+// only for a serving case: its arguments are forward-only).
 Outputs run(const Case& c, const Inputs& in, sc_backend backend, int pass = kBoth);
 
 // ||out - ref|| / ||ref|| over the elements both hold (NaN in the same place in

@@ -306,7 +306,7 @@ void Prepared::add_inputs(const Inputs* in) {
   if (c.h0) {
     h0_ = add(state_tensor(c, "initial_state", c.in_place, rows, c.state_transposed));
     fill(h0_, in ? &in->h0 : nullptr, c.in_place, &pattern_seed);
-    if (c.pool > 0) {
+    if (c.pool > 0 && !c.table()) {
       h0i_ = add(index_tensor(c, "initial_state_indices", N));
       fill_index(h0i_, c.h0_index);
     }
@@ -332,6 +332,21 @@ void Prepared::add_inputs(const Inputs* in) {
     par_ = add(make_tensor("parent_tokens", c.index_dtype, false, {N, M}, {M, 1}, 0, N * M, 2));
     fill_index(par_, c.parents);
   }
+  if (c.table()) {
+    const int64_t M = c.table_cols;
+    tbl_ = add(make_tensor("block_table", c.index_dtype, false, {N, M}, {M, 1}, 0, N * M, 2));
+    fill_index(tbl_, c.block_table);
+    iblk_ = add(index_tensor(c, "initial_block", N));
+    fill_index(iblk_, c.initial_block);
+    fblk_ = add(index_tensor(c, "final_block", N));
+    fill_index(fblk_, c.final_block);
+    if (c.block_size > 0) {
+      first_ = add(index_tensor(c, "first_block", N));
+      fill_index(first_, c.first_block);
+      comp_ = add(index_tensor(c, "computed_tokens", N));
+      fill_index(comp_, c.computed);
+    }
+  }
   if (c.dy) {
     dy_ = add(act_tensor(c, "dy", false, c.dy_broadcast));
     std::vector<double> dy;  // a broadcast dy ([D] values) expanded to its logical shape
@@ -353,7 +368,7 @@ void Prepared::add_outputs() {
   if (c.ht) {
     ht_ = c.in_place && h0_ ? h0_ : add(state_tensor(c, "final_state", true, c.state_rows(),
                                                      c.state_transposed));
-    if (c.pool > 0) {
+    if (c.pool > 0 && !c.table()) {
       hti_ = add(index_tensor(c, "final_state_indices", N));
       fill_index(hti_, c.ht_index);
     }
@@ -388,6 +403,12 @@ void Prepared::build_args() {
   set(fa_.ring_offsets, ring_);
   set(fa_.num_accepted, acc_);  // (forward only)
   set(fa_.parent_tokens, par_);
+  set(fa_.block_table, tbl_);
+  set(fa_.initial_block, iblk_);
+  set(fa_.final_block, fblk_);
+  set(fa_.first_block, first_);
+  set(fa_.computed_tokens, comp_);
+  fa_.block_size = c_.table() ? c_.block_size : 0;
   if (h0_) set(ba_.ring_offsets, ring_);  // the backward reads no final state
   set(fa_.residual, res_);
   set(fa_.initial_state, h0_);
@@ -500,6 +521,9 @@ Outputs Prepared::fetch(int pass) const {
         const int64_t r = c_.ht_row(n), L = c_.seq_len(n);
         const int64_t E = c_.accepted.empty() ? S : L > 0 ? c_.W - 2 + L : 0;
         if (r >= 0 && r < c_.state_rows()) entries[size_t(r)] = E;
+        for (int64_t k = 0; k < c_.snapshots(n); ++k)  // prefix-caching snapshots: whole rows
+          if (const int64_t sr = c_.snapshot_row(n, k); sr >= 0 && sr < c_.state_rows())
+            entries[size_t(sr)] = S;
       }
       decode(ht_, o.ht, [&](int64_t i) {
         return S > 0 && i % S < entries[size_t(i / per_row)];

@@ -105,6 +105,12 @@ void forward(const Problem& p) {
       if (row >= 0)
         for (int64_t j = 0; j < E; ++j)
           put(p.ht, u[size_t(from + j)], row, d, p.accepted ? j : p.final_slot(n, j));
+      // Prefix caching: at block boundary k, after r tokens, the last S entries of u so far.
+      for (int64_t k = 0; k < p.snapshots(n); ++k) {
+        const int64_t r = p.snapshot_row(n, k), at = p.snapshot_tokens(n, k);
+        if (r >= 0)
+          for (int64_t j = 0; j < p.S; ++j) put(p.ht, u[size_t(at + j)], r, d, j);
+      }
     }
   }
 }

@@ -300,6 +300,13 @@ TEST(CudaPlan, DecodeEligibility) {
   EXPECT_NE(choose_path(p), Path::decode);
   p.dir = Dir::bwd;
   EXPECT_NE(choose_path(p), Path::decode);
+  // block tables: still a decode step; prefix-caching snapshots: state_fwd's (tiled paths)
+  p = decode_step(8, 1, 1024, 64, 4, 3, SC_BF16, false);
+  p.table.present = p.init_blk.present = p.final_blk.present = true;
+  EXPECT_EQ(choose_path(p), Path::decode);
+  p.block_size = 16;
+  p.first_blk.present = p.computed.present = true;
+  EXPECT_NE(choose_path(p), Path::decode);
 
   // serving steps take the decode kernel and nothing else, forced tiles or not,
   // any length; none at all beyond kMaxFastW (the backend refuses them)

@@ -9,6 +9,8 @@
 //  - speculative steps with random acceptance == replaying only the accepted
 //    tokens one at a time (their outputs and the final state);
 //  - a prefill and then decode steps == one whole forward;
+//  - block tables == the index tensors they name; a prefix-cached restart from
+//    any block snapshot == the whole prefill;
 //  - the oracle at accepted counts 1 and K+1 (all accepted), pad slots
 //    anywhere, chains, stars and random trees, every forced time tile.
 #include <gtest/gtest.h>
@@ -287,6 +289,102 @@ TEST_P(Serving, AcceptedCountsAtBothEndsAndPadSlots) {
     const Outputs ref = run(c, in, SC_BACKEND_REF, kForward);
     const Outputs got = run(c, in, GetParam(), kForward);
     EXPECT_EQ(compare(c, got, ref), "") << c.describe();
+  }
+}
+
+// A block table is the index tensors it names: rows block_table[n, initial_block[n]]
+// and block_table[n, final_block[n]] (speculative and tree steps too), bitwise.
+TEST_P(Serving, BlockTablesAreTheIndicesTheyName) {
+  std::mt19937_64 rng(4008);
+  for (int i = 0; i < 20; ++i) {
+    const int W = int(pick(rng, 1, 6));
+    const int64_t T = pick(rng, 1, 5), B = pick(rng, 1, 4), M = pick(rng, 1, 4);
+    Case c = step_case(rng, W, W - 2 + int(T) + int(rng() % 2), B, T, pick(rng, 1, 20));
+    c.pool = B * M + 1;
+    std::vector<int64_t> rows(static_cast<size_t>(c.pool));
+    std::iota(rows.begin(), rows.end(), 0);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    Case ct = c;
+    ct.table_cols = M;
+    ct.block_table.assign(rows.begin(), rows.begin() + B * M);
+    for (int64_t n = 0; n < B; ++n) {
+      if (rng() % 5 == 0) ct.block_table[size_t(n * M + rng() % uint64_t(M))] = -1;
+      ct.initial_block.push_back(int64_t(rng() % uint64_t(M)));
+      ct.final_block.push_back(ct.initial_block.back());  // in place: its own row
+      c.h0_index[size_t(n)] = ct.block_table[size_t(n * M + ct.initial_block.back())];
+      c.ht_index[size_t(n)] = c.h0_index[size_t(n)];
+    }
+    if (i % 3 == 1)
+      for (int64_t n = 0; n < B; ++n) c.accepted.push_back(1 + int64_t(rng() % uint64_t(T)));
+    if (i % 3 == 2) {
+      c.parent_cols = T;
+      for (int64_t n = 0; n < B; ++n)
+        for (int64_t t = 0; t < T; ++t) c.parents.push_back(t ? int64_t(rng() % uint64_t(t)) : -1);
+    }
+    ct.accepted = c.accepted;
+    ct.parents = c.parents;
+    ct.parent_cols = c.parent_cols;
+    const Inputs in = make_inputs(c);
+    const Outputs a = forward(c, in, GetParam()), b = forward(ct, in, GetParam());
+    EXPECT_TRUE(bit_equal(a.y, b.y) && bit_equal(a.ht, b.ht)) << ct.describe();
+  }
+}
+
+// Prefix caching: a prefill of T tokens with a snapshot at every block boundary,
+// then a restart from each snapshot (the chunk starting at that boundary, from
+// the row of the block before it): its outputs, its final state and the later
+// snapshots equal the whole run's, bitwise.
+TEST_P(Serving, PrefixCachedRestartsEqualTheWholeRun) {
+  std::mt19937_64 rng(4009);
+  for (int i = 0; i < 8; ++i) {
+    const int W = int(pick(rng, 1, 6));
+    const int S = W - 1 + int(rng() % 3);
+    const int64_t Bk = pick(rng, 1, 5), N = pick(rng, 1, 3), D = pick(rng, 1, 20);
+    const int64_t T = pick(rng, Bk + 1, 5 * Bk + 3), M = T / Bk + 2;
+    Case whole = step_case(rng, W, S, N, T, D);
+    whole.h0 = whole.in_place = false;  // a fresh prefill: no initial state
+    whole.residual = false;
+    whole.pool = N * M;
+    std::vector<int64_t> rows(static_cast<size_t>(whole.pool));
+    std::iota(rows.begin(), rows.end(), 0);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    whole.table_cols = M;
+    whole.block_table = rows;
+    whole.block_size = Bk;
+    for (int64_t n = 0; n < N; ++n) {
+      whole.initial_block.push_back(0);
+      whole.final_block.push_back((T - 1) / Bk);
+      whole.first_block.push_back(0);
+      whole.computed.push_back(0);
+    }
+    const Inputs in = make_inputs(whole);
+    const Outputs ref = forward(whole, in, GetParam());
+    for (int64_t m = 1; m * Bk < T; ++m) {
+      Case rest = whole;  // from the snapshot of block m-1, in place on the whole run's pool
+      rest.h0 = rest.in_place = true;
+      rest.T = T - m * Bk;
+      for (int64_t n = 0; n < N; ++n) {
+        rest.initial_block[size_t(n)] = m - 1;
+        rest.first_block[size_t(n)] = m;
+        rest.computed[size_t(n)] = m * Bk;
+      }
+      Inputs ir = make_inputs(rest);
+      ir.weight = in.weight;
+      ir.bias = in.bias;
+      ir.h0 = ref.ht;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t t = 0; t < rest.T; ++t)
+          for (int64_t d = 0; d < D; ++d)
+            ir.x[size_t((n * rest.T + t) * D + d)] = in.x[size_t((n * T + m * Bk + t) * D + d)];
+      const Outputs got = forward(rest, ir, GetParam());
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t t = 0; t < rest.T; ++t)
+          for (int64_t d = 0; d < D; ++d)
+            ASSERT_TRUE(bit_equal({got.y[size_t((n * rest.T + t) * D + d)]},
+                                  {ref.y[size_t((n * T + m * Bk + t) * D + d)]}))
+                << rest.describe() << " restart at block " << m;
+      EXPECT_TRUE(bit_equal(got.ht, ref.ht)) << rest.describe() << " restart at block " << m;
+    }
   }
 }
 

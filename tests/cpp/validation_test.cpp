@@ -653,6 +653,86 @@ std::vector<Row> rows() {
   add("parent_tokens NULL data", PACKED, FWD,
       [tree](Case& c) { tree(c); c.a.parent_tokens.data = nullptr; }, {"parent_tokens"});
   add("parent_tokens in the backward", PACKED, BWD, tree, {"parent_tokens"}, SC_ERR_UNSUPPORTED);
+  // ---- block tables and prefix caching (semantics section 5) ------------------------
+  // Packed baseline (lengths 3, 0, 4), pools of 12 rows, table row n = rows 4n .. 4n+3,
+  // block size 2, computed {1, 0, 2}: sequence 0 snapshots its boundary at 2 into row 0
+  // and ends in row 1; sequence 1 (no tokens) copies into row 4; sequence 2 snapshots 4
+  // into row 9 and ends in row 10.
+  auto apc = [](Case& c) {
+    c.a.initial_state = c.make("initial_state", SC_F32, {12, kD, kS}, false);
+    c.a.final_state = c.make("final_state", SC_F32, {12, kD, kS}, true);
+    c.a.initial_state_indices.ndim = c.a.final_state_indices.ndim = 0;
+    c.a.block_table = c.index<int32_t>("block_table", SC_I32, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+    c.a.block_table = shortconv::tensor(c.a.block_table.data, SC_I32, {kN, 4});
+    c.a.initial_block = c.index<int32_t>("initial_block", SC_I32, {0, 0, 1});
+    c.a.final_block = c.index<int32_t>("final_block", SC_I32, {1, 0, 2});
+    c.a.first_block = c.index<int64_t>("first_block", SC_I64, {0, 0, 1});
+    c.a.computed_tokens = c.index<int64_t>("computed_tokens", SC_I64, {1, 0, 2});
+    c.a.block_size = 2;
+  };
+  auto tab = [](Case& c, int64_t n, int64_t b) -> int32_t& {
+    return reinterpret_cast<int32_t*>(c.ptr("block_table"))[n * 4 + b];
+  };
+  add("block_table without final_block", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.final_block.ndim = 0; }, {"final_block", "block_table"});
+  add("initial_block without block_table", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.block_table.ndim = 0; c.a.block_size = 0;
+                       c.a.first_block.ndim = c.a.computed_tokens.ndim = 0; },
+      {"block_table", "initial_block"});
+  add("block_size without computed_tokens", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.computed_tokens.ndim = 0; }, {"computed_tokens", "block_size"});
+  add("first_block with block_size 0", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.block_size = 0; }, {"block_size", "first_block"});
+  add("block_size negative", PACKED, FWD, [apc](Case& c) { apc(c); c.a.block_size = -2; },
+      {"block_size"});
+  add("prefix caching without a block table", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.block_table.ndim = c.a.initial_block.ndim = c.a.final_block.ndim = 0; },
+      {"block_size", "block_table"});
+  add("block_table with initial_state_indices", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.initial_state_indices.ndim = 1; },
+      {"block_table", "initial_state_indices"});
+  add("block_table with ring_offsets", PACKED, FWD, [apc, rings](Case& c) { apc(c); rings(c); },
+      {"block_table", "ring_offsets"});
+  add("prefix caching with num_accepted", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.num_accepted = c.index<int32_t>("num_accepted", SC_I32, {1, 1, 1}); },
+      {"block_table", "num_accepted"});
+  add("prefix caching without final_state", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.final_state.ndim = 0; }, {"block_table", "final_state"});
+  add("block_table shape [N+1, M]", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.block_table.shape[0] = kN + 1; }, {"block_table"});
+  add("block_table rank 1", PACKED, FWD, [apc](Case& c) { apc(c); c.a.block_table.ndim = 1; },
+      {"block_table"});
+  add("block_table dtype f32", PACKED, FWD, [apc](Case& c) { apc(c); c.a.block_table.dtype = SC_F32; },
+      {"block_table"});
+  add("final_block dtype bool", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.final_block.dtype = SC_BOOL; }, {"final_block"});
+  add("computed_tokens shape [N-1]", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.computed_tokens.shape[0] = kN - 1; }, {"computed_tokens"});
+  add("initial_block past the table", PACKED, FWD,
+      [apc](Case& c) { apc(c); reinterpret_cast<int32_t*>(c.ptr("initial_block"))[0] = 4; },
+      {"initial_block[0]"});
+  add("final_block negative", PACKED, FWD,
+      [apc](Case& c) { apc(c); reinterpret_cast<int32_t*>(c.ptr("final_block"))[2] = -1; },
+      {"final_block[2]"});
+  add("block_table entry past the pool", PACKED, FWD,
+      [apc, tab](Case& c) { apc(c); tab(c, 2, 1) = 12; }, {"block_table[2, 1]"});
+  add("first_block past the table", PACKED, FWD,
+      [apc](Case& c) { apc(c); reinterpret_cast<int64_t*>(c.ptr("first_block"))[2] = 4; },
+      {"first_block[2]"});
+  add("computed_tokens negative", PACKED, FWD,
+      [apc](Case& c) { apc(c); reinterpret_cast<int64_t*>(c.ptr("computed_tokens"))[1] = -1; },
+      {"computed_tokens[1]"});
+  add("a snapshot row is another sequence's final row", PACKED, FWD,
+      [apc, tab](Case& c) { apc(c); tab(c, 2, 2) = 0; }, {"block_table"});
+  add("in place: a snapshot row is another sequence's initial state", PACKED, FWD,
+      [apc, tab](Case& c) {
+        apc(c);
+        c.a.final_state = c.a.initial_state;
+        reinterpret_cast<int32_t*>(c.ptr("initial_block"))[1] = 1;  // sequence 1 reads row 5
+        tab(c, 2, 1) = 5;                                            // which sequence 2 snapshots
+      },
+      {"block_table[1]"});
+  add("block_table in the backward", PACKED, BWD, apc, {"block_table"}, SC_ERR_UNSUPPORTED);
   add("in place: a row written for one sequence is another's initial state", PACKED, FWD,
       [](Case& c) {
         c.a.final_state = c.a.initial_state;  // rows read {2, -1, 0}; sequence 1 now writes 2
@@ -1368,6 +1448,35 @@ TEST(ValidEdges, ServingSteps) {
       for (int64_t i = 0; i < kD * S * 4; ++i) EXPECT_EQ(fs[r * kD * S * 4 + i], kSentinel);
     a.final_state = a.initial_state;  // in place: sequence 0 reads row 2 and writes row 1
     reinterpret_cast<int32_t*>(c->ptr("final_state_indices"))[0] = 2;
+    run_ok(a, true);
+  }
+}
+
+// Prefix caching writes the final rows and the snapshots and nothing else; in
+// place, a chunk may snapshot into the row it started from.
+TEST(ValidEdges, PrefixCaching) {
+  for (sc_backend be : kBackends) {
+    auto c = baseline(PACKED, be);  // lengths 3, 0, 4
+    sc_conv_args& a = c->a;
+    a.initial_state = c->make("initial_state", SC_F32, {12, kD, kS}, false);
+    a.final_state = c->make("final_state", SC_F32, {12, kD, kS}, true);
+    a.initial_state_indices.ndim = a.final_state_indices.ndim = 0;
+    a.block_table = c->index<int32_t>("block_table", SC_I32, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+    a.block_table = shortconv::tensor(a.block_table.data, SC_I32, {kN, 4});
+    a.initial_block = c->index<int32_t>("initial_block", SC_I32, {0, 0, 1});
+    a.final_block = c->index<int32_t>("final_block", SC_I32, {1, 0, 2});
+    a.first_block = c->index<int64_t>("first_block", SC_I64, {0, 0, 1});
+    a.computed_tokens = c->index<int64_t>("computed_tokens", SC_I64, {1, 0, 2});
+    a.block_size = 2;
+    run_ok(a, true);
+    const uint8_t* fs = c->ptr("final_state");
+    for (int64_t r = 0; r < 12; ++r) {
+      const bool written = r == 0 || r == 1 || r == 4 || r == 9 || r == 10;
+      for (int64_t i = 0; i < kD * kS * 4; ++i)
+        ASSERT_EQ(fs[r * kD * kS * 4 + i] == kSentinel, !written) << "row " << r;
+    }
+    // in place: sequence 2 starts from row 9 (its block 1) and snapshots into it
+    a.final_state = a.initial_state;
     run_ok(a, true);
   }
 }
