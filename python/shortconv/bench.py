@@ -211,7 +211,8 @@ def main(argv=None):
     ap.add_argument("--decode", action="store_true",
                     help="only the decode section (shortconv.bench_decode): one decode step on "
                          "a pool of 1024 rows, eager and (GPU) graph-replay times against a torch "
-                         "elementwise op, the floor and an empty kernel")
+                         "elementwise op, the floor and an empty kernel; with --shape BxTxD one "
+                         "step of B sequences of T tokens of D channels")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -233,7 +234,12 @@ def main(argv=None):
     if a.decode:
         from . import bench_decode
         dtype = DTYPES[a.dtype] if a.dtype else torch.bfloat16
-        rows = bench_decode.run(device, budget, bw, dtype, out=None if a.json else print)
+        cases = None
+        if a.shape:  # one step: batch x tokens x D, both pool layouts
+            B, T, D = (int(v) for v in a.shape.lower().split("x"))
+            cases = [(layout, D, T, B) for layout in ("vllm", "rows")]
+        rows = bench_decode.run(device, budget, bw, dtype, cases=cases,
+                                out=None if a.json else print)
         if a.json:
             print(json.dumps(dict(device=device, torch=torch.__version__, copy_GBps=bw,
                                   library=shortconv.library_path, decode=rows), indent=1))
