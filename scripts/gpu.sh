@@ -11,6 +11,8 @@
 # returns everything finished so far.
 #
 # Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_PY=1 skip a stage;
+# GPU_SAN_FILTER replaces the sanitizer stage's gtest filter; GPU_PYTEST_PATHS the Python
+# suite's paths (default tests/python) and GPU_PYTEST_ARGS adds pytest options;
 # GPU_BENCH_ARGS adds options to the bench (e.g. "--shape 8x4096x4096");
 # GPU_BASELINE=<source tree> also builds that tree (an older commit, e.g. from
 # `git archive`) and benches it in the same run, right after this tree, for a
@@ -66,7 +68,7 @@ CLI=$B/bin/shortconv
 [ -x "$CLI" ] || CLI=$(find "$B" -maxdepth 2 -type f -name shortconv -perm -u+x | head -1)
 
 GPU_FILTER='Cuda.*:*/cuda'
-SAN_FILTER='Cuda.PackedVector:Cuda.InPlaceDecode:Cuda.GeneralPathWide:Cuda.ChannelMajor:Cuda.StridedViews:Cuda.DecodeGraphReplaysWithNewRowsAndCounts'
+SAN_FILTER=${GPU_SAN_FILTER:-'Cuda.PackedVector:Cuda.InPlaceDecode:Cuda.GeneralPathWide:Cuda.ChannelMajor:Cuda.StridedViews:Backends/SeqIdx.*/cuda:Cuda.DecodeGraphReplaysWithNewRowsAndCounts'}
 if [ "${GPU_SKIP_TESTS:-0}" != 1 ]; then
   stage tests "$TESTS" --gtest_filter="$GPU_FILTER"
 fi
@@ -91,7 +93,7 @@ if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
   # bounded: the suite runs every test on both devices, torch.compile ones included
   stage pytest env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     timeout "${GPU_PYTEST_SECONDS:-300}" "$PY" -m pytest -q -p no:cacheprovider --durations=15 \
-    "$ROOT/tests/python" ${GPU_PYTEST_ARGS:-}
+    ${GPU_PYTEST_PATHS:-$ROOT/tests/python} ${GPU_PYTEST_ARGS:-}
   stage pybench env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     "$PY" -m shortconv.bench --device cuda --budget ${GPU_PYBENCH_BUDGET:-0.3}
   # the decode section through the PyTorch API: eager vs one torch op, graph replays

@@ -65,7 +65,7 @@ typedef enum sc_dtype {
   SC_F16 = 1,
   SC_BF16 = 2,
   SC_F64 = 3,
-  SC_I32 = 4, /* cu_seqlens, state indices, ring offsets and the serving indices only */
+  SC_I32 = 4, /* cu_seqlens, state indices, ring offsets, seq_idx and the serving indices only */
   SC_I64 = 5,
   SC_BOOL = 6 /* one byte, 0 or 1: has_initial_state only */
 } sc_dtype;
@@ -105,9 +105,10 @@ typedef struct sc_exec {
  * One struct describes the op for both directions; each direction reads the
  * fields it needs and ignores the others.
  *
- *   forward  reads  x, weight, bias, residual, cu_seqlens, initial_state(+indices)
+ *   forward  reads  x, weight, bias, residual, cu_seqlens or seq_idx, initial_state(+indices)
  *            writes y, final_state(+indices)
- *   backward reads  x, weight, bias, cu_seqlens, initial_state(+indices), dy, dfinal_state
+ *   backward reads  x, weight, bias, cu_seqlens or seq_idx, initial_state(+indices), dy,
+ *                   dfinal_state
  *            writes dx, dweight, dbias, dinitial_state     (dresidual == dy)
  *
  * Sequences: dense batch (cu_seqlens absent): N = B sequences of length T.
@@ -157,6 +158,14 @@ typedef struct sc_conv_args {
                                   + j) mod S (causal-conv1d's cache_seqlens) */
   int64_t pad_index;           /* a state index that means "no row" besides -1 (an
                                   engine's pad slot id); -1 by sc_conv_args_init */
+
+  /* Sequence ids (docs/semantics.md section 3), read by both directions: a
+   * second way to describe a packed batch.  x is [B, T, D]; each maximal run
+   * of one id within a row is a sequence, a negative id a padding token
+   * (y = 0, dx = 0, feeds nothing).  State tensors are then pools [P, D, S]
+   * whose row i belongs to id i.  Not combined with cu_seqlens, the state
+   * indices, has_initial_state, ring_offsets or the serving arguments below. */
+  sc_tensor seq_idx;           /* [B, T] int32/int64, optional */
 
   /* Serving steps of inference engines (docs/semantics.md section 5), forward
    * only (the backward returns SC_ERR_UNSUPPORTED when one is present): */

@@ -31,6 +31,9 @@ op, so with differentiable fwd/bwd the result is itself differentiable.
 
 ``fwd`` and ``bwd`` are the calls to use (the autograd.Function's or the custom
 ops'), with the signatures of forward_impl / backward_impl and None for absent.
+With sequence ids every call takes the same seq_idx: padding tokens then
+contribute nothing to any term (their y, dx and G are 0), and state rows are
+ids in each call (the final state of g_u has dht's rows).
 """
 
 import torch
@@ -48,12 +51,13 @@ def _silu_derivatives(pre):
 def backward_vjp(fwd, bwd, saved, state_len, activation, computed, needs, grads):
     """Gradients of the backward's inputs (x, weight, bias, initial_state, dy, dht).
 
-    saved: (x, weight, bias, initial_state, cu_seqlens, dy, dht), None for absent.
+    saved: (x, weight, bias, initial_state, cu_seqlens, dy, dht, seq_idx), None for absent.
     computed: which of (dx, dweight, dbias, dinitial_state) the backward returned.
     needs: which of the six inputs need a gradient.  grads: the cotangents of the
     four outputs (None = zero, or the output was not computed).
     """
-    x, w, b, h0, cu, dy, dht = saved
+    x, w, b, h0, cu, dy, dht, sid = saved
+    rows = dht.shape[0] if dht is not None else 0  # (seq_idx: the final state's rows)
     gdx, gdw, gdb, gdh0 = (g if c and g is not None else None for g, c in zip(grads, computed))
     nx, nw, nb, nh0, ndy, ndht = needs
     S = state_len
@@ -66,18 +70,21 @@ def backward_vjp(fwd, bwd, saved, state_len, activation, computed, needs, grads)
     # G = conv(g_u; w) + (conv(u; gdw) + gdb); the second term rides along as the residual.
     G2 = None
     if gdw is not None:
-        G2, _ = fwd(x, gdw, gdb, None, h0, cu, S, ACT_NONE, False)
+        G2, _ = fwd(x, gdw, gdb, None, h0, cu, S, ACT_NONE, False, sid, rows)
     elif gdb is not None:
         G2 = gdb.to(x.dtype).expand(x.shape)
     G, ht_g = G2, None
     if g_u:
-        G, ht_g = fwd(gx_in, w, None, G2, gdh0, cu, S, ACT_NONE, ndht)
+        G, ht_g = fwd(gx_in, w, None, G2, gdh0, cu, S, ACT_NONE, ndht, sid, rows)
+    if sid is not None and G is not None and not g_u:  # gdb alone: padding tokens get no term
+        real = (sid >= 0).view(*sid.shape, *([1] * (G.dim() - 2)))
+        G = torch.where(real, G, torch.zeros((), dtype=G.dtype, device=G.device))
     if ndht and ht_g is not None:
         out[5] = ht_g.to(dht.dtype)
 
     need_u = nx or nh0
     if activation == ACT_SILU:
-        pre, _ = fwd(x, w, b, None, h0, cu, S, ACT_NONE, False)
+        pre, _ = fwd(x, w, b, None, h0, cu, S, ACT_NONE, False, sid, rows)
         a1, a2 = _silu_derivatives(pre)
         dpre = (dy * a1).to(x.dtype) if dy is not None else None
         if ndy:
@@ -85,7 +92,7 @@ def backward_vjp(fwd, bwd, saved, state_len, activation, computed, needs, grads)
         if dy is not None and (need_u or nw or nb):
             g_pre = (G * dy * a2).to(x.dtype)
             gx, gw, gb, gh0 = bwd(x, w, b, h0, cu, g_pre, None, S, ACT_NONE,
-                                  nx, nw, nb and b is not None, nh0 and h0 is not None)
+                                  nx, nw, nb and b is not None, nh0 and h0 is not None, sid)
             out[0], out[1], out[2], out[3] = gx, gw, gb, gh0
     else:
         dpre = dy
@@ -95,12 +102,12 @@ def backward_vjp(fwd, bwd, saved, state_len, activation, computed, needs, grads)
     if dpre is not None:
         if gdw is not None and need_u:  # u in conv(u; gdw)
             gx, _, _, gh0 = bwd(x, gdw, None, h0, cu, dpre, None, S, ACT_NONE,
-                                nx, False, False, nh0 and h0 is not None)
+                                nx, False, False, nh0 and h0 is not None, sid)
             out[0] = _add(out[0], gx)
             out[3] = _add(out[3], gh0)
         if g_u and nw:  # w in conv(g_u; w)
             _, gw, _, _ = bwd(gx_in, w, None, gdh0, cu, dpre, None, S, ACT_NONE,
-                              False, True, False, False)
+                              False, True, False, False, sid)
             out[1] = _add(out[1], gw)
     return out
 

@@ -122,7 +122,8 @@ TENSOR_FIELDS = (
     "dy", "dfinal_state", "dx", "dweight", "dbias", "dinitial_state",
     "has_initial_state", "ring_offsets",
 )
-# The serving group, after pad_index (forward only).
+# Tensor fields after pad_index (sequence ids), then the serving group (forward only).
+TENSOR_FIELDS_AFTER_PAD = ("seq_idx",)
 SERVING_FIELDS = ("num_accepted", "parent_tokens", "block_table", "initial_block", "final_block",
                   "first_block", "computed_tokens")
 
@@ -133,13 +134,15 @@ class _Args(ctypes.Structure):
          ("state_len", ctypes.c_int32), ("activation", ctypes.c_int32)]
         + [(name, _Tensor) for name in TENSOR_FIELDS]
         + [("pad_index", ctypes.c_int64)]
+        + [(name, _Tensor) for name in TENSOR_FIELDS_AFTER_PAD]
         + [(name, _Tensor) for name in SERVING_FIELDS]
         + [("block_size", ctypes.c_int64), ("exec", _Exec)]
     )
 
 
 ARGS_SIZE = ctypes.sizeof(_Args)
-OFF = {name: getattr(_Args, name).offset for name in TENSOR_FIELDS + SERVING_FIELDS}
+OFF = {name: getattr(_Args, name).offset
+       for name in TENSOR_FIELDS + TENSOR_FIELDS_AFTER_PAD + SERVING_FIELDS}
 _SCALARS_OFF = _Args.width.offset
 _EXEC_OFF = _Args.exec.offset
 _PAD_OFF = _Args.pad_index.offset

@@ -64,7 +64,10 @@ def _like_x(x):
     return torch.empty_like(x, memory_format=torch.preserve_format)
 
 
-def _num_seqs(x, cu_seqlens):
+def _num_seqs(x, cu_seqlens, seq_idx=None, state_rows=0):
+    """Rows of the states a call returns: N, or with seq_idx the id rows (row i = id i)."""
+    if seq_idx is not None:
+        return state_rows
     if cu_seqlens is not None:
         return max(cu_seqlens.shape[0] - 1, 0) if cu_seqlens.dim() == 1 else 0
     return x.shape[0]
@@ -75,7 +78,7 @@ def _width(weight):
 
 
 # ---- implementations (eager, real tensors) -------------------------------------
-def _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation):
+def _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation, seq_idx):
     """A Call with the inputs both directions read."""
     c = Call(where, x, _width(weight), state_len, activation)
     c.set("x", x)
@@ -84,15 +87,21 @@ def _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activati
         c.set("bias", bias)
     if cu_seqlens is not None:
         c.set("cu_seqlens", cu_seqlens, INDEX_CODES)
+    if seq_idx is not None:
+        c.set("seq_idx", seq_idx, INDEX_CODES)
     if initial_state is not None:
         c.set("initial_state", initial_state)
     return c
 
 
 def forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
-                 output_final_state, where="shortconv.causal_conv1d"):
-    """y [like x, contiguous] and final_state [N, D, S] (None unless requested)."""
-    c = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation)
+                 output_final_state, where="shortconv.causal_conv1d", seq_idx=None,
+                 state_rows=0):
+    """y [like x, contiguous] and final_state [N, D, S] (None unless requested).
+
+    seq_idx [B, T]: sequence ids (docs/semantics.md section 3); final_state is then
+    [state_rows, D, S], row i = id i's final state, zeros for ids that do not occur."""
+    c = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation, seq_idx)
     if residual is not None:
         c.set("residual", residual)
     y = _like_x(x)
@@ -100,8 +109,10 @@ def forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len
     final_state = None
     if output_final_state:
         sdtype = initial_state.dtype if initial_state is not None else x.dtype
-        final_state = torch.empty((_num_seqs(x, cu_seqlens), x.shape[-1], state_len),
-                                  dtype=sdtype, device=x.device)
+        shape = (_num_seqs(x, cu_seqlens, seq_idx, state_rows), x.shape[-1], state_len)
+        # (seq_idx: the library leaves rows of ids that do not occur unwritten)
+        alloc = torch.zeros if seq_idx is not None else torch.empty
+        final_state = alloc(shape, dtype=sdtype, device=x.device)
         c.set_out("final_state", final_state)
     c.run_forward()
     return y, final_state
@@ -109,9 +120,12 @@ def forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len
 
 def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation,
                   need_dx, need_dweight, need_dbias, need_dinitial_state,
-                  where="shortconv.causal_conv1d (backward)"):
-    """(dx, dweight, dbias, dinitial_state), each None unless requested."""
-    c = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation)
+                  where="shortconv.causal_conv1d (backward)", seq_idx=None):
+    """(dx, dweight, dbias, dinitial_state), each None unless requested.
+
+    seq_idx: dinitial_state has initial_state's rows (row i = id i's, zeros for ids
+    that do not occur)."""
+    c = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation, seq_idx)
     if dy is not None:
         c.set("dy", dy)
     if dht is not None:
@@ -129,7 +143,8 @@ def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len
     if need_dinitial_state:
         sdtype = (initial_state.dtype if initial_state is not None
                   else dht.dtype if dht is not None else x.dtype)
-        dh0 = torch.empty((_num_seqs(x, cu_seqlens), x.shape[-1], state_len),
+        rows = initial_state.shape[0] if initial_state is not None else 0
+        dh0 = torch.empty((_num_seqs(x, cu_seqlens, seq_idx, rows), x.shape[-1], state_len),
                           dtype=sdtype, device=x.device)
         c.set_out("dinitial_state", dh0)
     if dx is None and dweight is None and dbias is None and dh0 is None:
@@ -202,35 +217,47 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
 
 # ---- autograd -------------------------------------------------------------------
 # Inputs of the forward, in order: x, weight, bias, residual, initial_state,
-# cu_seqlens, state_len, activation, output_final_state.
+# cu_seqlens, state_len, activation, output_final_state, seq_idx, state_rows.
 def _backward_grads(ctx, dy, dht):
-    x, weight, bias, initial_state, cu_seqlens = ctx.saved_tensors
+    x, weight, bias, initial_state, cu_seqlens, seq_idx = ctx.saved_tensors
     need = ctx.needs_input_grad
     if dht is not None and dht.numel() == 0:
         dht = None  # final_state was not requested (an empty placeholder)
-    return x, weight, bias, initial_state, cu_seqlens, dy, dht, need
+    return x, weight, bias, initial_state, cu_seqlens, seq_idx, dy, dht, need
+
+
+def _dresidual(x, dy, seq_idx):
+    """dresidual = dy (zeros when no dy); with seq_idx 0 on padding tokens, whose y is 0."""
+    if dy is None:
+        return torch.zeros_like(x)
+    if seq_idx is None:
+        return dy
+    real = (seq_idx >= 0).view(*seq_idx.shape, *([1] * (dy.dim() - 2)))
+    return torch.where(real, dy, torch.zeros((), dtype=dy.dtype, device=dy.device))
 
 
 def _fwd_eager(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
-               output_final_state):
+               output_final_state, seq_idx=None, state_rows=0):
     """The forward as a differentiable call while autograd records (a double backward)."""
     if torch.is_grad_enabled():
         return CausalConv1dFunction.apply(x, weight, bias, residual, initial_state, cu_seqlens,
-                                          state_len, activation, output_final_state)
+                                          state_len, activation, output_final_state, seq_idx,
+                                          state_rows)
     return forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len,
-                        activation, output_final_state)
+                        activation, output_final_state, seq_idx=seq_idx, state_rows=state_rows)
 
 
 def _bwd_eager(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation,
-               need_dx, need_dweight, need_dbias, need_dinitial_state):
+               need_dx, need_dweight, need_dbias, need_dinitial_state, seq_idx=None):
     """The backward; differentiable (CausalConv1dBackward) when autograd records, i.e.
     inside a backward with create_graph=True."""
     if torch.is_grad_enabled():
         return CausalConv1dBackward.apply(x, weight, bias, initial_state, cu_seqlens, dy, dht,
                                           state_len, activation, need_dx, need_dweight,
-                                          need_dbias, need_dinitial_state)
+                                          need_dbias, need_dinitial_state, seq_idx)
     return backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len,
-                         activation, need_dx, need_dweight, need_dbias, need_dinitial_state)
+                         activation, need_dx, need_dweight, need_dbias, need_dinitial_state,
+                         seq_idx=seq_idx)
 
 
 class CausalConv1dFunction(torch.autograd.Function):
@@ -243,11 +270,13 @@ class CausalConv1dFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
-                output_final_state):
+                output_final_state, seq_idx=None, state_rows=0):
         y, final_state = forward_impl(x, weight, bias, residual, initial_state, cu_seqlens,
-                                      state_len, activation, output_final_state)
-        ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens)
+                                      state_len, activation, output_final_state,
+                                      seq_idx=seq_idx, state_rows=state_rows)
+        ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens, seq_idx)
         ctx.state_len = state_len
+        ctx.state_rows = state_rows
         ctx.activation = activation
         ctx.has_residual = residual is not None
         # An unused output's gradient arrives as None (absent in the ABI = zeros)
@@ -257,14 +286,12 @@ class CausalConv1dFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, dht):
-        x, weight, bias, h0, cu, dy, dht, need = _backward_grads(ctx, dy, dht)
+        x, weight, bias, h0, cu, sid, dy, dht, need = _backward_grads(ctx, dy, dht)
         dx, dw, db, dh0 = _bwd_eager(
             x, weight, bias, h0, cu, dy, dht, ctx.state_len, ctx.activation,
-            need[0], need[1], need[2] and bias is not None, need[4] and h0 is not None)
-        dres = None
-        if ctx.has_residual and need[3]:  # dresidual = dy
-            dres = dy if dy is not None else torch.zeros_like(x)
-        return dx, dw, db, dres, dh0, None, None, None, None
+            need[0], need[1], need[2] and bias is not None, need[4] and h0 is not None, sid)
+        dres = _dresidual(x, dy, sid) if ctx.has_residual and need[3] else None
+        return dx, dw, db, dres, dh0, None, None, None, None, None, None
 
 
 class CausalConv1dBackward(torch.autograd.Function):
@@ -272,10 +299,11 @@ class CausalConv1dBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation,
-                need_dx, need_dweight, need_dbias, need_dinitial_state):
+                need_dx, need_dweight, need_dbias, need_dinitial_state, seq_idx=None):
         grads = backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len,
-                              activation, need_dx, need_dweight, need_dbias, need_dinitial_state)
-        ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens, dy, dht)
+                              activation, need_dx, need_dweight, need_dbias, need_dinitial_state,
+                              seq_idx=seq_idx)
+        ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens, dy, dht, seq_idx)
         ctx.state_len = state_len
         ctx.activation = activation
         ctx.computed = tuple(g is not None for g in grads)
@@ -288,7 +316,7 @@ class CausalConv1dBackward(torch.autograd.Function):
         g = backward_vjp(_fwd_eager, _bwd_eager, ctx.saved_tensors, ctx.state_len,
                          ctx.activation, ctx.computed, (n[0], n[1], n[2], n[3], n[5], n[6]),
                          (gdx, gdw, gdb, gdh0))
-        return g[0], g[1], g[2], g[3], None, g[4], g[5], None, None, None, None, None, None
+        return (g[0], g[1], g[2], g[3], None, g[4], g[5]) + (None,) * 7
 
 
 # ---- custom ops (torch >= 2.4) -----------------------------------------------------
@@ -312,24 +340,25 @@ if HAS_CUSTOM_OPS:
     @torch.library.custom_op(
         "shortconv::causal_conv1d_fwd", mutates_args=(),
         schema="(Tensor x, Tensor weight, Tensor? bias, Tensor? residual, Tensor? initial_state, "
-               "Tensor? cu_seqlens, int state_len, int activation, bool output_final_state) "
-               "-> (Tensor, Tensor)")
+               "Tensor? cu_seqlens, int state_len, int activation, bool output_final_state, "
+               "Tensor? seq_idx=None, int state_rows=0) -> (Tensor, Tensor)")
     def _fwd_op(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
-                output_final_state):
+                output_final_state, seq_idx=None, state_rows=0):
         y, ht = forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len,
-                             activation, output_final_state)
+                             activation, output_final_state, seq_idx=seq_idx,
+                             state_rows=state_rows)
         if ht is None:
             ht = _empty(x, initial_state.dtype if initial_state is not None else None)
         return y, ht
 
     @_fwd_op.register_fake
     def _fwd_fake(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
-                  output_final_state):
+                  output_final_state, seq_idx=None, state_rows=0):
         y = _like_x(x)
         sdtype = initial_state.dtype if initial_state is not None else x.dtype
         if output_final_state:
-            ht = torch.empty((_num_seqs(x, cu_seqlens), x.shape[-1], state_len), dtype=sdtype,
-                             device=x.device)
+            ht = torch.empty((_num_seqs(x, cu_seqlens, seq_idx, state_rows), x.shape[-1],
+                              state_len), dtype=sdtype, device=x.device)
         else:
             ht = _empty(x, sdtype)
         return y, ht
@@ -338,13 +367,13 @@ if HAS_CUSTOM_OPS:
         "shortconv::causal_conv1d_bwd", mutates_args=(),
         schema="(Tensor x, Tensor weight, Tensor? bias, Tensor? initial_state, Tensor? cu_seqlens, "
                "Tensor? dy, Tensor? dht, int state_len, int activation, bool need_dx, "
-               "bool need_dweight, bool need_dbias, bool need_dinitial_state) "
-               "-> (Tensor, Tensor, Tensor, Tensor)")
+               "bool need_dweight, bool need_dbias, bool need_dinitial_state, "
+               "Tensor? seq_idx=None) -> (Tensor, Tensor, Tensor, Tensor)")
     def _bwd_op(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation,
-                need_dx, need_dweight, need_dbias, need_dinitial_state):
+                need_dx, need_dweight, need_dbias, need_dinitial_state, seq_idx=None):
         dx, dw, db, dh0 = backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht,
                                         state_len, activation, need_dx, need_dweight, need_dbias,
-                                        need_dinitial_state)
+                                        need_dinitial_state, seq_idx=seq_idx)
         sdtype = initial_state.dtype if initial_state is not None else x.dtype
         return (dx if dx is not None else _empty(x),
                 dw if dw is not None else _empty(x, weight.dtype),
@@ -353,7 +382,7 @@ if HAS_CUSTOM_OPS:
 
     @_bwd_op.register_fake
     def _bwd_fake(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation,
-                  need_dx, need_dweight, need_dbias, need_dinitial_state):
+                  need_dx, need_dweight, need_dbias, need_dinitial_state, seq_idx=None):
         sdtype = (initial_state.dtype if initial_state is not None
                   else dht.dtype if dht is not None else x.dtype)
         dx = _like_x(x) if need_dx else _empty(x)
@@ -362,32 +391,32 @@ if HAS_CUSTOM_OPS:
         db = (torch.empty(bias.shape, dtype=bias.dtype, device=x.device)
               if need_dbias and bias is not None else _empty(x, weight.dtype))
         if need_dinitial_state:
-            dh0 = torch.empty((_num_seqs(x, cu_seqlens), x.shape[-1], state_len), dtype=sdtype,
-                              device=x.device)
+            rows = initial_state.shape[0] if initial_state is not None else 0
+            dh0 = torch.empty((_num_seqs(x, cu_seqlens, seq_idx, rows), x.shape[-1], state_len),
+                              dtype=sdtype, device=x.device)
         else:
             dh0 = _empty(x, sdtype)
         return dx, dw, db, dh0
 
     def _fwd_setup_context(ctx, inputs, output):
         (x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
-         _output_final_state) = inputs
-        ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens)
+         _output_final_state, seq_idx, state_rows) = inputs
+        ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens, seq_idx)
         ctx.state_len = state_len
+        ctx.state_rows = state_rows
         ctx.activation = activation
         ctx.has_residual = residual is not None
 
     def _fwd_backward(ctx, dy, dht):
-        x, weight, bias, h0, cu, dy, dht, need = _backward_grads(ctx, dy, dht)
+        x, weight, bias, h0, cu, sid, dy, dht, need = _backward_grads(ctx, dy, dht)
         want_db = need[2] and bias is not None
         want_dh0 = need[4] and h0 is not None
         dx, dw, db, dh0 = torch.ops.shortconv.causal_conv1d_bwd(
             x, weight, bias, h0, cu, dy, dht, ctx.state_len, ctx.activation,
-            need[0], need[1], want_db, want_dh0)
-        dres = None
-        if ctx.has_residual and need[3]:
-            dres = dy if dy is not None else torch.zeros_like(x)
+            need[0], need[1], want_db, want_dh0, sid)
+        dres = _dresidual(x, dy, sid) if ctx.has_residual and need[3] else None
         return (dx if need[0] else None, dw if need[1] else None, db if want_db else None,
-                dres, dh0 if want_dh0 else None, None, None, None, None)
+                dres, dh0 if want_dh0 else None, None, None, None, None, None, None)
 
     torch.library.register_autograd("shortconv::causal_conv1d_fwd", _fwd_backward,
                                     setup_context=_fwd_setup_context)
@@ -395,24 +424,24 @@ if HAS_CUSTOM_OPS:
     # The backward op is differentiable too (a double backward), through the
     # same VJP as the eager path, built from the two ops.
     def _fwd_op_call(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
-                     output_final_state):
+                     output_final_state, seq_idx=None, state_rows=0):
         y, ht = torch.ops.shortconv.causal_conv1d_fwd(x, weight, bias, residual, initial_state,
                                                       cu_seqlens, state_len, activation,
-                                                      output_final_state)
+                                                      output_final_state, seq_idx, state_rows)
         return y, (ht if output_final_state else None)
 
     def _bwd_op_call(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation,
-                     need_dx, need_dweight, need_dbias, need_dinitial_state):
+                     need_dx, need_dweight, need_dbias, need_dinitial_state, seq_idx=None):
         grads = torch.ops.shortconv.causal_conv1d_bwd(
             x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation, need_dx,
-            need_dweight, need_dbias, need_dinitial_state)
+            need_dweight, need_dbias, need_dinitial_state, seq_idx)
         computed = (need_dx, need_dweight, need_dbias and bias is not None, need_dinitial_state)
         return tuple(g if c else None for g, c in zip(grads, computed))
 
     def _bwd_setup_context(ctx, inputs, output):
         (x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation, need_dx,
-         need_dweight, need_dbias, need_dinitial_state) = inputs
-        ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens, dy, dht)
+         need_dweight, need_dbias, need_dinitial_state, seq_idx) = inputs
+        ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens, dy, dht, seq_idx)
         ctx.state_len = state_len
         ctx.activation = activation
         ctx.computed = (need_dx, need_dweight, need_dbias and bias is not None,
@@ -423,7 +452,7 @@ if HAS_CUSTOM_OPS:
         g = backward_vjp(_fwd_op_call, _bwd_op_call, ctx.saved_tensors, ctx.state_len,
                          ctx.activation, ctx.computed, (n[0], n[1], n[2], n[3], n[5], n[6]),
                          (gdx, gdw, gdb, gdh0))
-        return (g[0], g[1], g[2], g[3], None, g[4], g[5]) + (None,) * 6
+        return (g[0], g[1], g[2], g[3], None, g[4], g[5]) + (None,) * 7
 
     torch.library.register_autograd("shortconv::causal_conv1d_bwd", _bwd_backward,
                                     setup_context=_bwd_setup_context)

@@ -13,7 +13,7 @@ Conventions (docs/semantics.md is the law):
 
 import torch
 
-from . import _ops, _seq_idx
+from . import _ops
 from ._args import check_flag, check_state_len, check_tensors
 from ._lib import INT32_MAX, invalid
 from ._ops import activation_code
@@ -50,9 +50,8 @@ def _needs_grad(*tensors):
     return False
 
 
-def _with_seq_idx(x, weight, bias, residual, initial_state, output_final_state, activation,
-                  seq_idx, cu_seqlens, state_len, cp_context):
-    """causal_conv1d with x [B, T, ...] described by sequence ids (_seq_idx.py)."""
+def _check_seq_idx(x, initial_state, seq_idx, cu_seqlens, cp_context):
+    """Errors the library cannot word in Python's terms (seq_idx's type, device, and shape)."""
     where = "shortconv.causal_conv1d"
     if cu_seqlens is not None or cp_context is not None:
         raise ValueError("%s: seq_idx: give either seq_idx or cu_seqlens/cp_context, not both"
@@ -65,32 +64,18 @@ def _with_seq_idx(x, weight, bias, residual, initial_state, output_final_state, 
                          % (where, list(x.shape[:2]), list(seq_idx.shape)))
     if seq_idx.device != x.device:
         raise ValueError("%s: seq_idx is on %s but x is on %s" % (where, seq_idx.device, x.device))
-    B, T = seq_idx.shape
-    cu = _seq_idx.offsets(seq_idx, torch.int64)
-    ids, real = _seq_idx.run_ids(seq_idx, cu)
-    h0 = None
-    rows = None
+    if initial_state is not None and initial_state.dim() != 3:
+        raise ValueError("%s: initial_state: expected [N, D, S] (row = sequence id)" % where)
+
+
+def _seq_idx_rows(initial_state, output_final_state, seq_idx):
+    """The state rows of a call with sequence ids (row i = id i; docs/semantics.md section 3):
+    initial_state's, else max id + 1 when a final state is wanted (one host read), else 0."""
     if initial_state is not None:
-        if not isinstance(initial_state, _Tensor) or initial_state.dim() != 3:
-            raise ValueError("%s: initial_state: expected [N, D, S] (row = sequence id)" % where)
-        rows = initial_state.shape[0]
-        # ids past the state rows would read another row: an error, checked without a host
-        # synchronisation on the GPU (a device-side assertion).
-        torch._assert_async(((ids < rows) | ~real).all())
-        h0 = _seq_idx.gather_states(initial_state, ids, real)
-    elif output_final_state:
-        rows = int(seq_idx.max()) + 1 if seq_idx.numel() else 0  # one host sync: the row count
-    flat = lambda t: None if t is None else t.reshape(1, B * T, *t.shape[2:])  # noqa: E731
-    y, final_runs = causal_conv1d(flat(x), weight, bias, flat(residual), h0,
-                                  output_final_state, activation, cu_seqlens=cu,
-                                  state_len=state_len)
-    y = y.reshape(x.shape)
-    mask = (seq_idx >= 0).view(B, T, *([1] * (x.dim() - 2)))
-    y = torch.where(mask, y, torch.zeros((), dtype=y.dtype, device=y.device))  # padding: 0
-    final_state = None
-    if output_final_state:
-        final_state = _seq_idx.scatter_states(final_runs, ids, real, rows)
-    return y, final_state
+        return initial_state.shape[0]
+    if output_final_state and seq_idx.numel():
+        return int(seq_idx.max()) + 1  # one host synchronisation: the row count
+    return 0
 
 
 def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
@@ -118,10 +103,14 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
             W-1 gives causal-conv1d's states.
         seq_idx: [B, T] int32/int64 sequence ids, instead of cu_seqlens: each run of one
             id in a row is a sequence, negative ids are padding (output 0, read by no
-            token); initial_state row i and final_state row i belong to id i
-            (docs/semantics.md section 3).  Offsets are built on the device without a host
-            synchronisation, except for output_final_state without initial_state (the
-            number of rows, max id + 1, is read once).
+            token, no gradient to residual); initial_state row i and final_state row i
+            belong to id i, final_state rows of ids that do not occur are 0
+            (docs/semantics.md section 3).  The library finds the runs on the device
+            without a host synchronisation, except that output_final_state without
+            initial_state reads the number of rows (max id + 1) once.  With
+            output_final_state (or a gradient of initial_state) each id must be one run;
+            on the CPU an id past initial_state's rows is an error, on CUDA it reads a
+            zero state and writes no row.
         backend, cu_seqlens_cpu, chunk_indices: accepted for FLA compatibility and
             ignored (the backend follows x's device).
         cp_context: context parallelism: an object with ``.group`` and ``.cu_seqlens``
@@ -155,9 +144,8 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
         raise TypeError("shortconv.causal_conv1d: unexpected keyword argument(s) %s"
                         % ", ".join(sorted(kwargs)))
     if seq_idx is not None:
-        return _with_seq_idx(x, weight, bias, residual, initial_state, output_final_state,
-                             activation, seq_idx, cu_seqlens, state_len, cp_context)
-    if cp_context is not None:  # context parallelism: x is this rank's shard (distributed.py)
+        _check_seq_idx(x, initial_state, seq_idx, cu_seqlens, cp_context)
+    elif cp_context is not None:  # context parallelism: x is this rank's shard (distributed.py)
         from .distributed import _from_cp_context
         return _from_cp_context(x, weight, bias, residual, initial_state, output_final_state,
                                 activation, cu_seqlens, state_len, cp_context)
@@ -181,21 +169,26 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
     if output_final_state is not True and output_final_state is not False:
         output_final_state = check_flag(where, "output_final_state", output_final_state)
 
+    rows = 0  # seq_idx: the state rows (row i = id i)
+    if seq_idx is not None:
+        rows = _seq_idx_rows(initial_state, output_final_state, seq_idx)
+
     forward_ad = _forward_ad._current_level >= 0
     if _ops.use_custom_op() and not forward_ad:
         y, final_state = torch.ops.shortconv.causal_conv1d_fwd(
             x, weight, bias, residual, initial_state, cu_seqlens, state_len, act,
-            output_final_state)
+            output_final_state, seq_idx, rows)
         if not output_final_state:
             final_state = None
     elif forward_ad or (torch.is_grad_enabled()
                         and _needs_grad(x, weight, bias, residual, initial_state)):
         y, final_state = _ops.CausalConv1dFunction.apply(
             x, weight, bias, residual, initial_state, cu_seqlens, state_len, act,
-            output_final_state)
+            output_final_state, seq_idx, rows)
     else:
         y, final_state = _ops.forward_impl(x, weight, bias, residual, initial_state, cu_seqlens,
-                                           state_len, act, output_final_state)
+                                           state_len, act, output_final_state, seq_idx=seq_idx,
+                                           state_rows=rows)
     if y.shape != shape:
         y = y.view(shape)
     return y, final_state

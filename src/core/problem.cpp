@@ -16,16 +16,14 @@ sc_status fail(sc_error* err, sc_status status, const char* fmt, ...) {
   return status;
 }
 
-int64_t load_index(const View& v, int64_t i) {
-  const int64_t o = i * v.stride[0];
-  return v.dtype == SC_I32 ? int64_t(static_cast<const int32_t*>(v.data)[o])
-                           : static_cast<const int64_t*>(v.data)[o];
+int64_t load_index_at(const View& v, int64_t off) {
+  return v.dtype == SC_I32 ? int64_t(static_cast<const int32_t*>(v.data)[off])
+                           : static_cast<const int64_t*>(v.data)[off];
 }
+int64_t load_index(const View& v, int64_t i) { return load_index_at(v, i * v.stride[0]); }
 
 int64_t load_index(const View& v, int64_t i, int64_t j) {
-  const int64_t o = i * v.stride[0] + j * v.stride[1];
-  return v.dtype == SC_I32 ? int64_t(static_cast<const int32_t*>(v.data)[o])
-                           : static_cast<const int64_t*>(v.data)[o];
+  return load_index_at(v, i * v.stride[0] + j * v.stride[1]);
 }
 
 int64_t Problem::seq_begin(int64_t n) const { return packed ? load_index(cu_seqlens, n) : 0; }

@@ -36,6 +36,12 @@ struct View {
   }
 };
 
+// Reads element i of a 1-D int32/int64 host tensor (element (i, j) of a 2-D one).
+int64_t load_index(const View& v, int64_t i);
+int64_t load_index(const View& v, int64_t i, int64_t j);
+// Reads the int32/int64 host element at element offset `off` (any rank).
+int64_t load_index_at(const View& v, int64_t off);
+
 struct Problem {
   Dir dir = Dir::fwd;
   int W = 1;              // width
@@ -84,6 +90,11 @@ struct Problem {
   View first_blk;      // [N]: block of the first snapshot (prefix caching)
   View computed;       // [N]: the chunk's first absolute position (prefix caching)
   int64_t block_size = 0;  // > 0: prefix caching (snapshots at block boundaries)
+  // sequence ids (docs/semantics.md section 3): runs of one id in a row are the
+  // sequences, negative ids padding; N = B*T (the packed batch, empty after the
+  // last run); state tensors are pools whose row i is id i's (no state indices,
+  // flags or rings)
+  View seq_idx;        // [B, T] int32/int64
 
   bool state_in_place = false;  // ht is exactly h0's memory (aliased decode update)
 
@@ -99,6 +110,10 @@ struct Problem {
   int64_t state_slot(int64_t n, int64_t j) const;
   // slot of final-state entry j (= u entry L_n + j) of sequence n in its row
   int64_t final_slot(int64_t n, int64_t j) const;
+  // seq_idx[b, t] (host memory)
+  int64_t seq_id(int64_t b, int64_t t) const {
+    return load_index_at(seq_idx, b * seq_idx.stride[0] + t * seq_idx.stride[1]);
+  }
 
   // Speculative decoding: the row entry the W-1 window of sequence n starts at
   // (accepted[n] - 1; without num_accepted the last W-1 entries, S - (W-1)),
@@ -125,9 +140,6 @@ inline int64_t block_boundaries(int64_t c, int64_t L, int64_t B, int64_t* first)
   return last >= *first ? last - *first + 1 : 0;
 }
 
-// Reads element i of a 1-D int32/int64 host tensor (element (i, j) of a 2-D one).
-int64_t load_index(const View& v, int64_t i);
-int64_t load_index(const View& v, int64_t i, int64_t j);
 // Reads element i of a 1-D bool/int32/int64 host tensor as 0 or 1.
 int64_t load_flag(const View& v, int64_t i);
 

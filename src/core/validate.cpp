@@ -39,6 +39,7 @@ struct Call {
   sc_dtype Z = SC_F32;               // state dtype (the first state tensor's)
   bool packed = false;
   bool table = false;                // forward with a block table: pools without indices
+  bool ids = false;                  // seq_idx describes the batch (section 3)
   View xv;                           // x as [B, T, D]
   int64_t B = 0, T = 0, D = 0, N = 0;
   std::string xshape;                // "like x [...]", for messages
@@ -87,7 +88,14 @@ sc_status check_batch(Call& k) {
   const sc_conv_args& a = k.a;
   Checker& c = k.c;
   k.packed = present(a.cu_seqlens);
+  k.ids = present(a.seq_idx);
   if (!present(a.x)) return fail(k.err, SC_ERR_INVALID_ARGUMENT, "x: required, got an absent tensor");
+  if (k.ids && k.packed)
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "seq_idx: given together with cu_seqlens; describe a packed batch by one of them");
+  if (k.ids && a.x.ndim == 2)
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "x: with seq_idx expected shape [B, T, D], got %s", shape_str(a.x).c_str());
   if (!c.basic("x", a.x, k.packed ? 2 : 3, 3) || !c.float_dtype("x", a.x)) return c.status;
   if (k.packed && a.x.ndim == 3 && a.x.shape[0] != 1)
     return fail(k.err, SC_ERR_INVALID_ARGUMENT,
@@ -106,6 +114,12 @@ sc_status check_batch(Call& k) {
       return fail(k.err, SC_ERR_INVALID_ARGUMENT,
                   "cu_seqlens: expected N+1 >= 1 entries, got shape [0]");
     k.N = a.cu_seqlens.shape[0] - 1;
+  }
+  if (k.ids) {
+    if (!c.basic("seq_idx", a.seq_idx, 2, 2) || !c.index_dtype("seq_idx", a.seq_idx) ||
+        !c.shape_is("seq_idx", a.seq_idx, {k.B, k.T}, "= [B, T] (x's first two dims)"))
+      return c.status;
+    k.N = k.B * k.T;  // the packed batch of section 3 (fits: seq_idx's count was checked)
   }
   k.xshape = "like x " + shape_str(a.x);
   return SC_OK;
@@ -213,6 +227,32 @@ bool check_pool_rows(Call& k, const char* idx_name, const sc_tensor& idx, const 
   return true;
 }
 
+// A present state tensor of a seq_idx call: a pool [P, D, S] whose row i is
+// id i's (section 3); no pool indices (the id is the row); dinitial_state has
+// initial_state's rows.  Ids against P: check_seq_ids (host memory).
+bool check_id_state(Call& k, const char* name, const sc_tensor& t, const char* idx_name,
+                    const sc_tensor* idx) {
+  Checker& c = k.c;
+  if (idx && present(*idx))
+    return c.bad(SC_ERR_INVALID_ARGUMENT,
+                 "%s: not allowed with seq_idx (state rows are addressed by sequence id)",
+                 idx_name);
+  const sc_tensor& h0 = k.a.initial_state;
+  if (name == std::string("dinitial_state") && present(h0)) {
+    if (t.shape[0] != h0.shape[0] || t.shape[1] != k.D || t.shape[2] != k.S)
+      return c.bad(SC_ERR_INVALID_ARGUMENT,
+                   "dinitial_state: expected shape [P=%lld, D=%lld, S=%d] like initial_state "
+                   "(rows by sequence id), got %s",
+                   (long long)h0.shape[0], (long long)k.D, k.S, shape_str(t).c_str());
+    return true;
+  }
+  if (t.shape[1] != k.D || t.shape[2] != k.S)
+    return c.bad(SC_ERR_INVALID_ARGUMENT,
+                 "%s: expected shape [P, D=%lld, S=%d] (rows by sequence id, S from %s), got %s",
+                 name, (long long)k.D, k.S, k.S_from, shape_str(t).c_str());
+  return true;
+}
+
 // One state tensor t (absent allowed), addressed through the pool indices idx
 // when those are given (idx == nullptr: a tensor without indices).
 bool check_state(Call& k, const char* name, const sc_tensor& t, const char* idx_name,
@@ -224,6 +264,7 @@ bool check_state(Call& k, const char* name, const sc_tensor& t, const char* idx_
     return true;
   }
   if (!c.same_dtype(name, t, k.Z, "all state tensors share one dtype")) return false;
+  if (k.ids) return check_id_state(k, name, t, idx_name, idx);
   if (idx && present(*idx)) {
     if (!c.basic(idx_name, *idx, 1, 1) || !c.index_dtype(idx_name, *idx) ||
         !c.shape_is(idx_name, *idx, {k.N}, "= [N], one row per sequence"))
@@ -276,6 +317,13 @@ bool check_per_sequence(Call& k, const char* name, const sc_tensor& t, bool flag
 sc_status check_addressing(Call& k) {
   const sc_conv_args& a = k.a;
   Checker& c = k.c;
+  if (k.ids)
+    for (auto [name, t] : {std::pair{"has_initial_state", &a.has_initial_state},
+                           std::pair{"ring_offsets", &a.ring_offsets}})
+      if (present(*t))
+        return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                    "%s: not allowed with seq_idx (it has one entry per sequence of [N], and "
+                    "sequence ids do not number the sequences)", name);
   if (present(a.has_initial_state)) {
     if (!present(a.initial_state))
       return fail(k.err, SC_ERR_INVALID_ARGUMENT,
@@ -336,8 +384,6 @@ struct Rows {
   }
 };
 
-// In place: no row written for one sequence and read by another (its value
-// would depend on the order of the two).
 // The rows sequence n writes with a block table: its final state and its
 // snapshots, appended to w as (row, n) (contents checked before).
 void table_writes(const Call& k, const Rows& r, int64_t n,
@@ -354,6 +400,8 @@ void table_writes(const Call& k, const Rows& r, int64_t n,
       w->push_back({row, n});
 }
 
+// In place: no row written for one sequence and read by another (its value
+// would depend on the order of the two).
 sc_status check_cross_reads(Call& k) {
   const sc_conv_args& a = k.a;
   if (!k.c.host() || !state_in_place(k)) return SC_OK;
@@ -474,6 +522,10 @@ sc_status check_serving(Call& k) {
   const sc_conv_args& a = k.a;
   const bool spec = present(a.num_accepted), tree = present(a.parent_tokens);
   if (!spec && !tree) return SC_OK;
+  if (k.ids)
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "%s: not combinable with seq_idx (a serving step names its sequences by offsets "
+                "or dense rows)", spec ? "num_accepted" : "parent_tokens");
   sc_status st = SC_OK;
   if (spec) st = check_accepted(k);
   if (st == SC_OK && tree) st = check_parents(k);
@@ -607,6 +659,9 @@ sc_status check_block_tables(Call& k) {
   const sc_conv_args& a = k.a;
   const bool snapshots = a.block_size > 0;
   if (!k.table) return SC_OK;
+  if (k.ids)
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "block_table: not combinable with seq_idx (with seq_idx row i is id i's)");
   const char* bad =
       present(a.initial_state_indices) || present(a.final_state_indices)
           ? "not combinable with initial_state_indices / final_state_indices (the table names the rows)"
@@ -674,6 +729,63 @@ sc_status check_cu_seqlens(Call& k) {
   return SC_OK;
 }
 
+// ---- seq_idx contents (host memory only; the CUDA backend clamps) ---------------------
+// Each run's id against the rows of every state tensor the direction uses and,
+// with a final state or a state gradient, each id >= 0 in one run only (section
+// 3).  Read once per distinct element: a broadcast (stride-0) time axis makes a
+// row one run, a broadcast batch axis repeats row 0.
+sc_status check_seq_ids(Call& k) {
+  if (!k.ids || !k.c.host() || k.B == 0 || k.T == 0) return SC_OK;
+  const sc_conv_args& a = k.a;
+  std::vector<std::pair<const char*, int64_t>> states;  // (name, rows)
+  auto use = [&](const char* name, const sc_tensor& t) {
+    if (present(t)) states.push_back({name, t.shape[0]});
+  };
+  use("initial_state", a.initial_state);
+  if (k.fwd) use("final_state", a.final_state);
+  if (!k.fwd) use("dfinal_state", a.dfinal_state);
+  if (!k.fwd) use("dinitial_state", a.dinitial_state);
+  const char* one_run = k.fwd ? (present(a.final_state) ? "final_state" : nullptr)
+                        : present(a.dfinal_state)   ? "dfinal_state"
+                        : present(a.dinitial_state) ? "dinitial_state"
+                                                    : nullptr;
+  View v;
+  to_view(a.seq_idx, &v);
+  auto id_at = [&](int64_t b, int64_t t) {
+    return load_index_at(v, b * v.stride[0] + t * v.stride[1]);
+  };
+  const int64_t rows = v.stride[0] == 0 ? 1 : k.B, len = v.stride[1] == 0 ? 1 : k.T;
+  std::vector<std::pair<int64_t, int64_t>> runs;  // (id, b * T + t) of each run with an id >= 0
+  for (int64_t b = 0; b < rows; ++b)
+    for (int64_t t = 0; t < len; ++t) {
+      const int64_t id = id_at(b, t);
+      if (id < 0 || (t > 0 && id == id_at(b, t - 1))) continue;  // padding, or inside a run
+      for (const auto& [name, P] : states)
+        if (id >= P)
+          return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                      "seq_idx[%lld, %lld]: sequence id %lld is not a row of %s (expected an id "
+                      "< %lld, its row count, or a negative id for padding)",
+                      (long long)b, (long long)t, (long long)id, name, (long long)P);
+      if (one_run) runs.push_back({id, b * k.T + t});
+    }
+  if (!one_run) return SC_OK;
+  if (rows < k.B && !runs.empty())  // every later row repeats row 0's runs
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "seq_idx[1, %lld]: sequence id %lld starts a second run (a broadcast batch axis "
+                "repeats row 0); with %s each id may have one run only",
+                (long long)(runs[0].second % k.T), (long long)runs[0].first, one_run);
+  std::sort(runs.begin(), runs.end());
+  for (size_t i = 1; i < runs.size(); ++i)
+    if (runs[i].first == runs[i - 1].first)
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                  "seq_idx[%lld, %lld]: sequence id %lld starts a second run (the first starts at "
+                  "seq_idx[%lld, %lld]); with %s each id may have one run only",
+                  (long long)(runs[i].second / k.T), (long long)(runs[i].second % k.T),
+                  (long long)runs[i].first, (long long)(runs[i - 1].second / k.T),
+                  (long long)(runs[i - 1].second % k.T), one_run);
+  return SC_OK;
+}
+
 // ---- outputs: no self-overlap, no overlap with inputs or other outputs ---------------
 // Whether final_state is exactly initial_state (the aliased decode update).
 bool state_in_place(const Call& k) {
@@ -693,7 +805,7 @@ sc_status check_overlaps(Call& k) {
                             {"cu_seqlens", &a.cu_seqlens},
                             {"initial_state_indices", &a.initial_state_indices},
                             {"has_initial_state", &a.has_initial_state},
-                            {"ring_offsets", &a.ring_offsets},
+                            {"ring_offsets", &a.ring_offsets}, {"seq_idx", &a.seq_idx},
                             {"num_accepted", &a.num_accepted},
                             {"parent_tokens", &a.parent_tokens},
                             {"block_table", &a.block_table},
@@ -755,6 +867,7 @@ void fill_problem(const Call& k, Problem* p) {
   to_view(a.has_initial_state, &p->has_h0);
   to_view(a.ring_offsets, &p->ring);
   p->pad_index = a.pad_index;
+  to_view(a.seq_idx, &p->seq_idx);
   if (k.fwd) {
     to_view(a.num_accepted, &p->accepted);
     to_view(a.parent_tokens, &p->parents);
@@ -797,9 +910,9 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
 
   Call k(*a, dir, err, be->memory == Memory::host);
   for (sc_status (*stage)(Call&) : {check_batch, check_forward_only, check_table_groups,
-                                    check_params, check_state_len,
-                                    check_states, check_addressing, check_act_like,
-                                    check_cu_seqlens, check_block_tables, check_serving,
+                                    check_params, check_state_len, check_states,
+                                    check_addressing, check_act_like, check_cu_seqlens,
+                                    check_seq_ids, check_block_tables, check_serving,
                                     check_overlaps, check_cross_reads})
     if ((st = stage(k)) != SC_OK) return st;
   fill_problem(k, p);

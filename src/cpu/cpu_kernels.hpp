@@ -77,8 +77,9 @@ inline void fill_x_ring(const Ctx& c, int64_t n, int64_t tb, int64_t d0, int64_t
   const Problem& p = *c.p;
   const int W = WT ? WT : p.W;
   const int64_t Dp = c.plan->Dp;
-  const A* halo = c.halo ? static_cast<const A*>(c.halo) + n * (W - 1) * Dp : nullptr;  // [W-1][Dp]
-  const XT* x = p.x.ptr<const XT>() + seq_base(p, p.x, n);  // x: rows of sequence n
+  const int64_t hrow = c.seqs.row(n);  // the halo of sequence n (seq_idx: of its id's row)
+  const A* halo = c.halo ? static_cast<const A*>(c.halo) + hrow * (W - 1) * Dp : nullptr;  // [W-1][Dp]
+  const XT* x = p.x.ptr<const XT>() + c.seqs.base(p.x, n);  // x: rows of sequence n
   const int64_t xst = p.x.stride[1], xsd = p.x.stride[2];
   for (int i = 0; i < W - 1; ++i) {  // position tb-(W-1)+i goes to slot i
     const int64_t pos = tb - (W - 1) + i;
@@ -102,11 +103,11 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
   const A* wb = static_cast<const A*>(c.wT) + d0 * (W + 1);  // [Dp/L][W+1][L], from channel d0
   // x, residual, y: [B, T, D] views; *_ point at (token 0 of sequence n, channel d0)
   const int64_t xst = p.x.stride[1], xsd = p.x.stride[2];
-  const XT* x_ = p.x.ptr<const XT>() + seq_base(p, p.x, n) + d0 * xsd;
+  const XT* x_ = p.x.ptr<const XT>() + c.seqs.base(p.x, n) + d0 * xsd;
   const int64_t yst = p.y.stride[1], ysd = p.y.stride[2];
-  XT* y_ = p.y.ptr<XT>() + seq_base(p, p.y, n) + d0 * ysd;
+  XT* y_ = p.y.ptr<XT>() + c.seqs.base(p.y, n) + d0 * ysd;
   const int64_t rst = p.residual.stride[1], rsd = p.residual.stride[2];
-  const XT* res_ = p.residual ? p.residual.ptr<const XT>() + seq_base(p, p.residual, n) + d0 * rsd : nullptr;
+  const XT* res_ = p.residual ? p.residual.ptr<const XT>() + c.seqs.base(p.residual, n) + d0 * rsd : nullptr;
   const int64_t nd = d1 - d0;
   const bool contig = xsd == 1 && ysd == 1 && (!res_ || rsd == 1);
   const int64_t nfull = contig ? nd / L * L : 0;  // channels done by the full-vector loop
@@ -201,11 +202,11 @@ inline typename O::V gather_dx(int W, int k0, bool has_dy, WK&& w, GK&& dpre) {
   return acc;
 }
 
-// dh0 of the piece that starts sequence n, channels [d0, d0+nd):
+// dh0 of the piece that starts sequence n (row `row` of dht / dh0), channels [d0, d0+nd):
 // dh0[jj] = sum_k w[k] dpre[jj-off-k] over the dpre rows 0 <= t < nh (still
 // in the ring; none without dy, semantics §2) + dht[jj-Ln] where jj >= Ln.
 template <class O, int WT>
-void bwd_store_dh0(const Problem& p, int64_t n, int64_t Ln, int64_t nh, int64_t d0, int64_t nd,
+void bwd_store_dh0(const Problem& p, int64_t row, int64_t Ln, int64_t nh, int64_t d0, int64_t nd,
                    const typename O::A* wb, const typename O::A* ring) {
   using V = typename O::V;
   constexpr int L = O::L;
@@ -222,17 +223,17 @@ void bwd_store_dh0(const Problem& p, int64_t n, int64_t Ln, int64_t nh, int64_t 
         if (t >= 0 && t < nh)
           acc = O::fma(O::load(wv + k * L), O::load(gv + ring_slot(int(t), W - 1, W) * L), acc);
       }
-      if (has_dht && jj >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, jj - Ln, nl);
-      store_state_lanes<O>(p.dh0, n, d0 + j, jj, nl, acc);
+      if (has_dht && jj >= Ln) acc = acc + load_state_lanes<O>(p.dht, row, d0 + j, jj - Ln, nl);
+      store_state_lanes<O>(p.dh0, row, d0 + j, jj, nl, acc);
     }
   }
 }
 
 // The dx rows t_out in [tb, te) whose gather row r = t_out+W-1 lies past the
 // sequence end (r >= rend = Ln): only the taps k >= r-Ln+1, whose dpre rows
-// exist, take part.  dx_: at (token 0 of sequence n, channel d0).
+// exist, take part.  dx_: at (token 0 of sequence n, channel d0); row: its dht row.
 template <class O, int WT, class XT>
-void bwd_dx_tail(const Problem& p, int64_t n, int64_t tb, int64_t te, int64_t Ln, int64_t rend,
+void bwd_dx_tail(const Problem& p, int64_t row, int64_t tb, int64_t te, int64_t Ln, int64_t rend,
                  int64_t d0, int64_t nd, const typename O::A* wb, const typename O::A* ring,
                  XT* dx_) {
   using V = typename O::V;
@@ -250,7 +251,7 @@ void bwd_dx_tail(const Problem& p, int64_t n, int64_t tb, int64_t te, int64_t Ln
       auto wk = [&](int k) { return O::load(wv + k * L); };
       auto dpre = [&](int k) { return O::load(gv + ring_slot(base, W - 1 - k, W) * L); };
       V acc = gather_dx<O>(W, int(r - Ln + 1), has_dy, wk, dpre);
-      if (has_dht && S + t_out >= Ln) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t_out - Ln, nl);
+      if (has_dht && S + t_out >= Ln) acc = acc + load_state_lanes<O>(p.dht, row, d0 + j, S + t_out - Ln, nl);
       store_lanes<O>(dx_ + t_out * dxst + j * dxsd, dxsd, nl, acc);
     }
   }
@@ -271,11 +272,12 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
   const A* wb = static_cast<const A*>(c.wT) + d0 * (W + 1);  // [Dp/L][W+1][L], from channel d0
   // x, dy, dx: [B, T, D] views; *_ point at (token 0 of sequence n, channel d0)
   const int64_t xst = p.x.stride[1], xsd = p.x.stride[2];
-  const XT* x_ = p.x.ptr<const XT>() + seq_base(p, p.x, n) + d0 * xsd;
+  const XT* x_ = p.x.ptr<const XT>() + c.seqs.base(p.x, n) + d0 * xsd;
   const int64_t gst = p.dy.stride[1], gsd = p.dy.stride[2];
-  const XT* dy_ = p.dy ? p.dy.ptr<const XT>() + seq_base(p, p.dy, n) + d0 * gsd : nullptr;
+  const XT* dy_ = p.dy ? p.dy.ptr<const XT>() + c.seqs.base(p.dy, n) + d0 * gsd : nullptr;
   const int64_t dxst = p.dx.stride[1], dxsd = p.dx.stride[2];
-  XT* dx_ = p.dx ? p.dx.ptr<XT>() + seq_base(p, p.dx, n) + d0 * dxsd : nullptr;
+  XT* dx_ = p.dx ? p.dx.ptr<XT>() + c.seqs.base(p.dx, n) + d0 * dxsd : nullptr;
+  const int64_t row = c.seqs.row(n);  // of dht / dh0
   const bool want_dh0 = p.dh0 && tb == 0, has_dht = bool(p.dht);
   const int64_t nd = d1 - d0, nh = std::min<int64_t>(W - 1, Ln);  // nh: dpre rows that reach h0
   // Rows whose dpre is needed: the piece, W-1 rows of look-ahead for dx, and
@@ -286,7 +288,7 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
   const int64_t nfull = contig ? nd / L * L : 0;
 
   fill_x_ring<O, WT, XT>(c, n, tb, d0, d1, ring, 2);  // ring: [td/L][2W][L]
-  if (want_dh0 && nh == 0) bwd_store_dh0<O, WT>(p, n, Ln, nh, d0, nd, wb, ring);
+  if (want_dh0 && nh == 0) bwd_store_dh0<O, WT>(p, row, Ln, nh, d0, nd, wb, ring);
   for_rows<WT>(tb, rend, W, [&](int64_t r, auto base_) {
     const int base = int(base_);                 // slot of position r-(W-1)
     const int cur = ring_slot(base, W - 1, W);   // slot of position r
@@ -321,7 +323,7 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
         auto wk = [&](int k) { return win.wk(k); };
         auto dpre = [&](int k) { return k == 0 ? dp : O::load(gv + ring_slot(base, W - 1 - k, W) * L); };
         V acc = gather_dx<O>(W, 0, gr != nullptr, wk, dpre);
-        if (dht_row) acc = acc + load_state_lanes<O>(p.dht, n, d0 + j, S + t_out - Ln, nl);
+        if (dht_row) acc = acc + load_state_lanes<O>(p.dht, row, d0 + j, S + t_out - Ln, nl);
         if constexpr (F) O::store_x(dxr + j, acc); else store_lanes<O>(dxr + j * dxsd, dxsd, nl, acc);
       }
     };
@@ -340,9 +342,21 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
     }
     for (; j < nd; j += L, wv += (W + 1) * L, rv += RW * L, pv += pstep)
       vec(j, int(std::min<int64_t>(L, nd - j)), wv, rv, pv, std::false_type{});
-    if (want_dh0 && r == nh - 1) bwd_store_dh0<O, WT>(p, n, Ln, nh, d0, nd, wb, ring);
+    if (want_dh0 && r == nh - 1) bwd_store_dh0<O, WT>(p, row, Ln, nh, d0, nd, wb, ring);
   });
-  if (dx_) bwd_dx_tail<O, WT>(p, n, tb, te, Ln, rend, d0, nd, wb, ring, dx_);
+  if (dx_) bwd_dx_tail<O, WT>(p, row, tb, te, Ln, rend, d0, nd, wb, ring, dx_);
+}
+
+// Rows [tb, te) x channels [d0, d1) of activation output v, from element
+// offset `base` (token 0 of a sequence), set to +0: a padding run's y or dx.
+template <class O, class XT>
+void zero_rows(const View& v, int64_t base, int64_t tb, int64_t te, int64_t d0, int64_t d1) {
+  constexpr int L = O::L;
+  const int64_t st = v.stride[1], sd = v.stride[2];
+  XT* p = v.ptr<XT>() + base + d0 * sd;
+  for (int64_t t = tb; t < te; ++t)
+    for (int64_t j = 0; j < d1 - d0; j += L)
+      store_lanes<O>(p + t * st + j * sd, sd, int(std::min<int64_t>(L, d1 - d0 - j)), O::zero());
 }
 
 // Rings of a tile: on the stack when they fit, else the tile's workspace slot.
@@ -367,8 +381,11 @@ void fwd_tile(const Ctx& c, int64_t tile) {
   const int64_t d0 = dt * pl.tile_d, d1 = std::min(d0 + pl.tile_d, p.D);
   Rings<typename O::A> rings;
   typename O::A* ring = rings.get(c, tile);
-  for_each_piece(p, pl, chunk, [&](int64_t n, int64_t tb, int64_t te, int64_t) {
-    fwd_piece<O, WT, XT, Act>(c, n, tb, te, d0, d1, ring);
+  for_each_piece(c.seqs, pl, chunk, [&](int64_t n, int64_t tb, int64_t te, int64_t) {
+    if (c.seqs.pad(n))  // a padding run of seq_idx: y = 0
+      zero_rows<O, XT>(p.y, c.seqs.base(p.y, n), tb, te, d0, d1);
+    else
+      fwd_piece<O, WT, XT, Act>(c, n, tb, te, d0, d1, ring);
   });
 }
 
@@ -391,15 +408,15 @@ void tree_task(const Ctx& c, int64_t task) {
   const int W = p.W;
   const int64_t n = task / pl.n_dtiles, dt = task % pl.n_dtiles, Dp = pl.Dp;
   const int64_t d0 = dt * pl.tile_d, nd = std::min(d0 + pl.tile_d, p.D) - d0;
-  const int64_t s = p.accepted ? W - 1 : p.S, Ln = p.seq_len(n);
+  const int64_t s = p.accepted ? W - 1 : p.S, Ln = c.seqs.len(n);
   const A* wb = static_cast<const A*>(c.wT) + d0 * (W + 1);  // [Dp/L][W+1][L], from channel d0
   const A* halo = c.halo ? static_cast<const A*>(c.halo) + n * (W - 1) * Dp + d0 : nullptr;
   const int64_t xst = p.x.stride[1], xsd = p.x.stride[2];
-  const XT* x_ = p.x.ptr<const XT>() + seq_base(p, p.x, n) + d0 * xsd;
+  const XT* x_ = p.x.ptr<const XT>() + c.seqs.base(p.x, n) + d0 * xsd;
   const int64_t yst = p.y.stride[1], ysd = p.y.stride[2];
-  XT* y_ = p.y.ptr<XT>() + seq_base(p, p.y, n) + d0 * ysd;
+  XT* y_ = p.y.ptr<XT>() + c.seqs.base(p.y, n) + d0 * ysd;
   const int64_t rst = p.residual.stride[1], rsd = p.residual.stride[2];
-  const XT* res_ = p.residual ? p.residual.ptr<const XT>() + seq_base(p, p.residual, n) + d0 * rsd : nullptr;
+  const XT* res_ = p.residual ? p.residual.ptr<const XT>() + c.seqs.base(p.residual, n) + d0 * rsd : nullptr;
   int64_t* q = c.chains + task * W;  // q[k]: the u position tap k reads
   for (int64_t t = 0; t < Ln; ++t) {
     int64_t pos = s + t;
@@ -439,8 +456,11 @@ void bwd_tile(const Ctx& c, int64_t tile) {
   }
   Rings<A> rings;
   A* ring = rings.get(c, tile);
-  for_each_piece(p, pl, chunk, [&](int64_t n, int64_t tb, int64_t te, int64_t Ln) {
-    bwd_piece<O, WT, XT, Act>(c, n, tb, te, Ln, d0, d1, part, ring);
+  for_each_piece(c.seqs, pl, chunk, [&](int64_t n, int64_t tb, int64_t te, int64_t Ln) {
+    if (!c.seqs.pad(n))
+      bwd_piece<O, WT, XT, Act>(c, n, tb, te, Ln, d0, d1, part, ring);
+    else if (p.dx)  // a padding run of seq_idx: dx = 0, no other term
+      zero_rows<O, XT>(p.dx, c.seqs.base(p.dx, n), tb, te, d0, d1);
   });
 }
 

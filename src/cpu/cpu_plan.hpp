@@ -23,7 +23,10 @@
 //                          (L = the chosen kernels' lanes), zero padded
 //   halo  [N][W-1][Dp]     the last W-1 initial-state entries of each sequence
 //                          (copied before any final state is written: this is
-//                          what makes the in-place state update safe)
+//                          what makes the in-place state update safe); with
+//                          seq_idx one per initial-state row (rows are ids)
+//   runs  [B*T+1] int64    seq_idx: the first token of each run, then the total
+//                          (built by the driver before the phases)
 //   part  [tiles][tile_d/L][W+1][L]  backward partial dweight taps and dbias
 //   scr   [tiles][rings][W][tile_d]  window rings, only when they exceed the
 //                          stack budget (forced wide tiles or a huge W)
@@ -88,7 +91,9 @@ struct Plan {
   bool halo = false;             // initial-state halo in the workspace (h0 given, W > 1, tiles run)
   bool part = false;             // backward dweight/dbias partials in the workspace
   bool tree = false;             // parent_tokens: phase 2 runs n_tiles = N * n_dtiles tree tasks
-  size_t off_w = 0, off_halo = 0, off_part = 0, off_scr = 0, off_tree = 0, bytes = 0;
+  bool runs = false;             // seq_idx: the run table in the workspace
+  int64_t halo_rows = 0;         // halo rows: N, or with seq_idx initial_state's rows
+  size_t off_w = 0, off_halo = 0, off_part = 0, off_scr = 0, off_tree = 0, off_runs = 0, bytes = 0;
   bool too_large = false;        // some size does not fit in 63 bits: the call is refused
 };
 
@@ -118,6 +123,8 @@ inline Plan make_plan(const Problem& p) {
   pl.run_tiles = wanted && pl.total > 0 && p.D > 0;
   pl.halo = p.h0 && W > 1 && pl.run_tiles;
   pl.part = p.dir == Dir::bwd && (p.dweight || p.dbias) && pl.run_tiles;
+  pl.runs = bool(p.seq_idx);
+  pl.halo_rows = p.seq_idx ? (p.h0 ? p.h0.shape[0] : 0) : p.N;
 
   const int64_t acc = int64_t(pl.acc);
   auto aligned = [](Count c) { return round_up(c, 64); };
@@ -125,52 +132,79 @@ inline Plan make_plan(const Problem& p) {
   pl.off_w = off.bytes();
   off += aligned(Count(W + 1) * Dp * acc);
   pl.off_halo = off.bytes();
-  if (pl.halo) off += aligned(Count(p.N) * (W - 1) * Dp * acc);
+  if (pl.halo) off += aligned(Count(pl.halo_rows) * (W - 1) * Dp * acc);
   pl.off_part = off.bytes();
   if (pl.part) off += aligned(tiles * (W + 1) * pl.tile_d * acc);
   pl.off_scr = off.bytes();
   if (pl.ws_scratch) off += aligned(tiles * ring * acc);
   pl.off_tree = off.bytes();
   if (pl.tree && pl.run_tiles) off += aligned(tiles * W * int64_t(sizeof(int64_t)));
+  pl.off_runs = off.bytes();
+  if (pl.runs) off += aligned((Count(pl.total) + 1) * 8);
   off += 64;  // room to align the caller's pointer
   pl.too_large = tiles.overflow() || ring.overflow() || off.overflow();
   pl.bytes = off.bytes();
   return pl;
 }
 
+// The sequences of a call on the global token axis g: the dense rows (g =
+// b*T + t), the packed sequences of cu_seqlens (g = the row of x), or the
+// runs of seq_idx (numbered like dense), whose first tokens the driver
+// tabulates in the workspace.  row(n) is the row of sequence n's own state
+// data (halo, dfinal_state, dinitial_state): n, or with seq_idx its id.
+struct Seqs {
+  const Problem* p = nullptr;
+  int64_t N = 0;                    // sequences (seq_idx: runs)
+  const int64_t* starts = nullptr;  // seq_idx: first token of run n, starts[N] = total
+
+  int64_t first(int64_t n) const {  // global token of sequence n's token 0
+    return starts ? starts[n] : p->packed ? load_index(p->cu_seqlens, n) : n * p->T;
+  }
+  int64_t len(int64_t n) const { return starts ? starts[n + 1] - starts[n] : p->seq_len(n); }
+  int64_t id(int64_t n) const {  // seq_idx only: the run's id
+    const int64_t g = starts[n];
+    return p->seq_id(g / p->T, g % p->T);
+  }
+  bool pad(int64_t n) const { return starts && id(n) < 0; }  // a padding run
+  int64_t row(int64_t n) const { return starts ? id(n) : n; }
+  // Element offset of token 0 of sequence n in an activation view [B, T, D].
+  int64_t base(const View& v, int64_t n) const {
+    if (!starts) return p->packed ? load_index(p->cu_seqlens, n) * v.stride[1] : n * v.stride[0];
+    const int64_t g = starts[n];
+    return g / p->T * v.stride[0] + g % p->T * v.stride[1];
+  }
+};
+
 // The per-call context every tile kernel receives.
 struct Ctx {
   const Problem* p = nullptr;
   const Plan* plan = nullptr;
+  Seqs seqs;
   const void* wT = nullptr;    // A [Dp/L][W+1][L]: weight taps, then bias
-  const void* halo = nullptr;  // A [N][W-1][Dp], nullptr: zero initial states
+  const void* halo = nullptr;  // A [halo_rows][W-1][Dp], nullptr: zero initial states
   void* part = nullptr;        // A [tiles][tile_d/L][W+1][L] (backward, when dweight/dbias wanted)
   void* scr = nullptr;         // A [tiles][ring_elems] (rings too big for the stack)
   int64_t* chains = nullptr;   // [tasks][W] tap positions of tree drafts
 };
 
-// Element offset of token 0 of sequence n in an activation view [B, T, D].
-inline int64_t seq_base(const Problem& p, const View& v, int64_t n) {
-  return p.packed ? load_index(p.cu_seqlens, n) * v.stride[1] : n * v.stride[0];
-}
-
 // Calls f(n, tb, te, L) for each non-empty piece of chunk c, in sequence order.
 template <class F>
-inline void for_each_piece(const Problem& p, const Plan& pl, int64_t c, F&& f) {
+inline void for_each_piece(const Seqs& sq, const Plan& pl, int64_t c, F&& f) {
+  const Problem& p = *sq.p;
   const int64_t g0 = c * pl.tile_t, g1 = std::min(g0 + pl.tile_t, pl.total);
-  if (!p.packed) {
+  if (!p.packed && !sq.starts) {
     for (int64_t n = g0 / p.T; n < p.N && n * p.T < g1; ++n)
       f(n, std::max<int64_t>(g0 - n * p.T, 0), std::min<int64_t>(g1 - n * p.T, p.T), p.T);
     return;
   }
   // first sequence whose end is past g0
-  int64_t lo = 0, hi = p.N;
+  int64_t lo = 0, hi = sq.N;
   while (lo < hi) {
     const int64_t mid = (lo + hi) / 2;
-    if (load_index(p.cu_seqlens, mid + 1) > g0) hi = mid; else lo = mid + 1;
+    if (sq.first(mid + 1) > g0) hi = mid; else lo = mid + 1;
   }
-  for (int64_t n = lo; n < p.N; ++n) {
-    const int64_t s = load_index(p.cu_seqlens, n), e = load_index(p.cu_seqlens, n + 1);
+  for (int64_t n = lo; n < sq.N; ++n) {
+    const int64_t s = sq.first(n), e = sq.first(n + 1);
     if (s >= g1) break;
     if (e == s) continue;
     f(n, std::max(g0, s) - s, std::min(g1, e) - s, e - s);

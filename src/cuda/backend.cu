@@ -91,6 +91,15 @@ Args make_args(const Problem& p, const Plan& pl, void* workspace) {
   a.table_cols = p.table ? p.table.shape[1] : 0;
   a.block_size = p.block_size;
   a.state_io = int(pl.state_io);
+  a.sid = dt(p.seq_idx);
+  a.axis = pl.axis;
+  // seq_idx: the walker resolves run ends up to the backward's look-ahead
+  // (WMAX-1 taps on the register-window paths, W-1 on the general one) and,
+  // with dfinal_state, S tokens past a tile (the last S tokens take dht).
+  if (p.dir == Dir::bwd) {
+    const int64_t look = pl.wmax > 0 ? pl.wmax - 1 : p.W - 1;
+    a.ahead = p.dht && p.S > look ? p.S : look;
+  }
   a.tile_t = pl.tile_t;
   a.tiles_per_row = pl.tiles_per_row;
   a.ntiles = pl.ntiles;

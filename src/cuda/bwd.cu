@@ -15,13 +15,17 @@
 //   dpre of its own tokens only, summed over the block's ty tiles in shared
 //   memory in a fixed order, one partial row per block in the workspace.
 // - bwd_cm<T, WMAX>: channel-major (stride_t == 1, dense).  A warp owns a
-//   (batch, channel) row and a tile of tokens, a lane VEC consecutive tokens
-//   plus (W-1)-token halos each side re-read as scalars (L1 hits); partials
+//   (batch, channel) row and a tile of tokens, a lane VEC consecutive tokens;
+//   the (W-1)-token window before and the look-ahead dpre after them come
+//   from neighbouring lanes by shuffles (dx one chunk behind dpre); partials
 //   reduced over the warp by a fixed xor butterfly, one row per warp tile.
 // - dpre_general / bwd_general<A>: W > 16 or nothing else fits: dpre to the
 //   workspace, then a per-(channel, tile) gather; one partial row per tile.
 // - state_bwd<A>: one thread per (sequence, channel) writes dh0_n[0..S),
 //   recomputing dpre for the first W-1 tokens (zero-length sequences included).
+//   seq_idx: zero_dh0 (every row), then state_bwd_ids (the runs' rows).
+// - seq_idx: the tiles are on the flat B*T axis; the walker (common.cuh) finds
+//   the runs; padding runs write dx = 0 and add no partial.
 // - reduce_parts<A>: one thread per (channel, tap) sums the partial rows in
 //   index order and rounds once into dweight / dbias: deterministic.
 #include <algorithm>
@@ -120,11 +124,15 @@ struct TmBwd {
   template <bool FULL>
   __device__ void segment(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
                           int64_t e) {
-    const int64_t h0row = h0_row_of(a, n);
     const int64_t sx = a.x.s1, sg = a.dy.s1, sd = a.dx.s1;
-    const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + d0 * a.x.s2;
-    const T* gp = static_cast<const T*>(a.dy.p) + q.b * a.dy.s0 + d0 * a.dy.s2;  // (dy present)
-    T* dp = a.dx.p ? static_cast<T*>(a.dx.p) + q.b * a.dx.s0 + d0 * a.dx.s2 : nullptr;
+    T* dp = row_ptr<T>(a.dx, q.b, d0);
+    if (q.pad) {  // a padding run of seq_idx: dx = 0, no partial, no state term
+      for (int64_t tok = t; dp && tok < e; ++tok) stp<T, CH>(dp + tok * sd, P::zero());
+      return;
+    }
+    const int64_t h0row = h0_row_of(a, n), dhtrow = dht_row_of(a, n);
+    const T* xp = row_ptr<const T>(a.x, q.b, d0);
+    const T* gp = row_ptr<const T>(a.dy, q.b, d0);  // (dy present: dx_from_dht handles its absence)
     const P zero = P::zero();
     load_window<T, CH>(a, q, h0row, xp, sx, d0, t, kpad, sl);
 #pragma unroll
@@ -133,7 +141,7 @@ struct TmBwd {
       for (int c = 0; c < CH; ++c) dh[i][c] = A(0);
     const int64_t send = q.s + q.L, stop = e + H;
     const int64_t fast_begin = t + H;  // first t' whose dx token is in the tile
-    const int64_t dht_from = send - a.S + H;  // first t' whose dx token takes dht
+    const int64_t dht_from = dhtrow >= 0 ? send - a.S + H : stop;  // first t' whose dx token takes dht
     const int64_t fast_end = e < dht_from ? e : dht_from;
     // Generic step: any t' (look-ahead, warm-up, dht tokens, tails).  Past the
     // sequence's end nothing is loaded and the taps reading dpre rows past
@@ -153,9 +161,9 @@ struct TmBwd {
 #pragma unroll
       for (int c = 0; c < CH; ++c) {
         A v = dxo[c];
-        if (a.dht.p && tout - q.s >= q.L - a.S)
+        if (dhtrow >= 0 && tout - q.s >= q.L - a.S)
           v += ld<A>(a.dht.p, a.dht.dt,
-                     n * a.dht.s0 + (d0 + c) * a.dht.s1 + (a.S + tout - q.s - q.L) * a.dht.s2);
+                     dhtrow * a.dht.s0 + (d0 + c) * a.dht.s1 + (a.S + tout - q.s - q.L) * a.dht.s2);
         out[c] = v;
       }
       stp<T, CH>(dp + tout * sd, P::make(out));
@@ -195,7 +203,19 @@ struct TmBwd {
   }
 };
 
+// The full-window instance (FULL: 16-bit vectors, W == WMAX, SiLU, dx, dy and
+// dweight/dbias wanted, tiles of at least kBwdFullMinTileT tokens) is its own
+// kernel, chosen on the host (full_instance): each kernel's registers are then
+// allocated for its own loop (as one kernel, the generic steps spilled more).
 template <class T, int WMAX, int CH>
+constexpr bool kHasFull = CH > 1 && sizeof(T) == 2;
+template <class T, int WMAX, int CH>
+bool full_instance(const Args& a) {
+  return kHasFull<T, WMAX, CH> && a.W == WMAX && a.act == SC_ACT_SILU && a.dx.p && a.dy.p &&
+         (a.dweight.p || a.dbias.p) && a.tile_t >= TmTraits::kBwdFullMinTileT;
+}
+
+template <class T, int WMAX, int CH, bool FULL>
 __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm) bwd_tm(const Args a) {
   using A = acc_t<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -224,21 +244,9 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
   if (active) {
     int64_t b, tb, te;
     tile_range(a, tile, &b, &tb, &te);
-    bool full = false;
-    if constexpr (CH > 1 && TmBwd<T, WMAX, CH>::k16Bit) {  // the FULL instance (step())
-      // (Short tiles keep the generic instance: the FULL one measured slower
-      // on them, its warm-up / look-ahead steps spill.)
-      full = a.W == WMAX && a.act == SC_ACT_SILU && a.dx.p && a.dy.p && k.want_dw &&
-             a.tile_t >= TmTraits::kBwdFullMinTileT;
-      if (full)
-        for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
-          k.template segment<true>(a, q, n, d0, t, e);
-        });
-    }
-    if (!full)
-      for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
-        k.template segment<false>(a, q, n, d0, t, e);
-      });
+    for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
+      k.template segment<FULL>(a, q, n, d0, t, e);
+    });
 #pragma unroll
     for (int c = 0; c < CH; ++c) {  // partials of dpre / scale -> of dpre (exact)
 #pragma unroll
@@ -247,10 +255,16 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
     }
   }
   if (!k.want_dw) return;  // uniform over the grid
-  // Block reduction over the ty tiles, fixed order, then one partial row.
+  // Block reduction over the ty tiles in a fixed order (y = 0, 1, ...), then
+  // one partial row per block.  Thread (x, y) stores its E partials at
+  // red[(y * cx + x) * E + e]; sum i = x * E + e over y is then
+  // red[y * cx * E + i]: every thread of the block takes some i (consecutive
+  // threads read consecutive words: no bank conflicts), rather than one warp
+  // summing all of them (its serial tail held the block's SM slot).
   constexpr int E = CH * (WMAX + 1);
   A* red = reinterpret_cast<A*>(smem_raw);
-  A* mine = red + (int64_t(threadIdx.y) * blockDim.x + threadIdx.x) * E;
+  const int cx = int(blockDim.x), ty = int(blockDim.y);
+  A* mine = red + (int64_t(threadIdx.y) * cx + threadIdx.x) * E;
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
 #pragma unroll
@@ -258,25 +272,36 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
     mine[c * (WMAX + 1) + WMAX] = k.db[c];
   }
   __syncthreads();
-  if (threadIdx.y != 0 || d0 >= a.D) return;
-  for (int c = 0; c < CH; ++c) {
-    A* dst = part_at<A>(a, blockIdx.x, d0 + c);
-    for (int j = k.kpad; j <= WMAX; ++j) {
-      A s = A(0);
-      for (unsigned y = 0; y < blockDim.y; ++y)
-        s += red[(int64_t(y) * blockDim.x + threadIdx.x) * E + c * (WMAX + 1) + j];
-      dst[j < WMAX ? j - k.kpad : a.W] = s;
-    }
+  const int row = cx * E;
+  for (int i = int(threadIdx.y) * cx + int(threadIdx.x); i < row; i += cx * ty) {
+    const int x = i / E, c = (i % E) / (WMAX + 1), j = i % (WMAX + 1);
+    const int64_t d = (int64_t(blockIdx.y) * cx + x) * CH + c;
+    if (j < k.kpad || d >= a.D) continue;
+    A s = A(0);
+    for (int y = 0; y < ty; ++y) s += red[y * row + i];
+    part_at<A>(a, blockIdx.x, d)[j < WMAX ? j - k.kpad : a.W] = s;
   }
 }
 
 // ---- channel-major ---------------------------------------------------------------
 
+// Chunks of 32 * VEC tokens as in fwd_cm (cm_window: the x window from the
+// lower lanes).  dx(t) needs dpre(t .. t + W-1), which at a chunk's end is in
+// the next chunk, so dx runs one chunk behind: step k forms dpre of chunk k
+// (the lane's own VEC tokens, once each) and dx of chunk k-1, whose
+// look-ahead dpre values come by shuffles from the higher lanes of chunk
+// k-1 or, past its lane 31, from chunk k.  After the tile's last chunk one
+// more step forms dx of that chunk; when the tile ends inside the row it
+// first forms the dpre of the next W-1 tokens (the next tile's; x and dy
+// read again for those lanes only), at the row's end those terms do not
+// exist and are not formed.
 template <class T, int WMAX>
 __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm) bwd_cm(const Args a) {
   using A = acc_t<T>;
   constexpr int VEC = CmTraits::vec(sizeof(T));
   constexpr int H = WMAX - 1;
+  constexpr int64_t kChunk = int64_t(CmTraits::kWarp) * VEC;
+  using P = Pack<T, VEC>;
   const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t wid = gid >> 5;
   const int lane = int(gid & 31);
@@ -295,78 +320,110 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
     dwr[j] = A(0);
   }
   const A bs = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
-  const Seq q{b, 0, a.T, ring_of(a, b)};
+  const Seq q{b, 0, a.T, ring_of(a, b), false};
   const int64_t h0row = h0_row_of(a, b);
-  const T* xr = static_cast<const T*>(a.x.p) + b * a.x.s0 + d * a.x.s2;
-  const T* gr = static_cast<const T*>(a.dy.p) + b * a.dy.s0 + d * a.dy.s2;
-  T* dxr = a.dx.p ? static_cast<T*>(a.dx.p) + b * a.dx.s0 + d * a.dx.s2 : nullptr;
-  const int64_t tend = (tile + 1) * a.tile_t < a.T ? (tile + 1) * a.tile_t : a.T;
-  for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; t0 < tend; t0 += 32 * VEC) {
-    A u[H + VEC + H];  // u[H + i] = u(t0 + i), i in [-H, VEC + H)
-    A g[VEC + H];      // g[i] = dy(t0 + i)
-    const Pack<T, VEC> xv = ldp<T, VEC>(xr + t0);
+  const T* xr = row_ptr<const T>(a.x, b, d);
+  const T* gr = row_ptr<const T>(a.dy, b, d);  // (dy present: dx_from_dht handles its absence)
+  T* dxr = row_ptr<T>(a.dx, b, d);
+  const int64_t tb = tile * a.tile_t;
+  const int64_t tend = tb + a.tile_t < a.T ? tb + a.tile_t : a.T;
+  // Tokens a lane of the step at `base` holds: the tile's own, or in the step
+  // after the tile (base >= tend) the next tile's first W-1 (none at the row's end).
+  const int64_t look_end = tend + (W - 1) < a.T ? tend + (W - 1) : a.T;
+  auto holds = [&](int64_t t0) { return t0 < tend || (t0 >= tend && t0 < look_end); };
+  P nx = P::zero(), ng = P::zero();  // the next step's vectors, loaded one step ahead
+  auto fetch = [&](int64_t t0) {
+    const bool in = holds(t0);
+    nx = in ? ldp<T, VEC>(xr + t0) : P::zero();
+    ng = in ? ldp<T, VEC>(gr + t0) : P::zero();
+  };
+  fetch(tb + int64_t(lane) * VEC);
+  A xp[VEC], dpp[VEC];  // x and dpre of this lane in the previous chunk
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) u[H + i] = xv.get(i);
-    const Pack<T, VEC> gv = ldp<T, VEC>(gr + t0);  // (dy present: no_dy handles its absence)
+  for (int i = 0; i < VEC; ++i) xp[i] = dpp[i] = A(0);
+  // One step at `base`.  FAST (warp-uniform): a full chunk of the tile after
+  // its first, whose previous chunk's dx takes no dht term and reads no dpre
+  // row past the row's end: no predicates, no memory window, no dht loads.
+  auto chunk_step = [&](int64_t base, bool own, auto fast_c) {
+    constexpr bool FAST = decltype(fast_c)::value;
+    const int64_t t0 = base + int64_t(lane) * VEC;
+    const P xv = nx, gv = ng;
+    if (own) fetch(t0 + kChunk);
+    A xc[VEC], u[H + VEC], dpc[VEC];  // u[H + i] = x(t0 + i), u[H - 1 - i] = u(t0 - 1 - i)
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) g[i] = gv.get(i);
+    for (int i = 0; i < VEC; ++i) u[H + i] = xc[i] = xv.get(i);
+    cm_window<T, H, VEC>(a, q, h0row, d, xr, t0, lane, !FAST && base == tb, xc, xp, u);
+    const bool here = FAST || holds(t0);
 #pragma unroll
-    for (int i = 0; i < H; ++i) {
-      const int64_t tok = t0 - 1 - i;
+    for (int i = 0; i < VEC; ++i) {
       A v = A(0);
-      if (i < W - 1) v = tok >= 0 ? to_f(xr[tok]) : load_u<A>(a, q, h0row, d, a.S + tok);
-      u[H - 1 - i] = v;
-      const int64_t ta = t0 + VEC + i;
-      const bool in = i < W - 1 && ta < a.T;
-      u[H + VEC + i] = in ? to_f(xr[ta]) : A(0);
-      g[VEC + i] = in ? to_f(gr[ta]) : A(0);
-    }
-    A dp[VEC + H];
-#pragma unroll
-    for (int i = 0; i < VEC + H; ++i) {
-      A v = A(0);
-      if (i < VEC + W - 1 && t0 + i < a.T) {
+      if (here) {
         A pre = bs;  // same order as the forward
 #pragma unroll
         for (int j = WMAX - 1; j >= 0; --j)
           if (j < W) pre = fma(wr[j], u[H + i - j], pre);
-        v = act.dgrad(g[i], pre);
+        v = act.dgrad(gv.get(i), pre);
       }
-      dp[i] = v;
+      dpc[i] = v;
     }
-    if (want_dw) {
+    if (own && here && want_dw) {
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
-        db += dp[i];
+        db += dpc[i];
 #pragma unroll
         for (int j = 0; j < WMAX; ++j)
-          if (j < W) dwr[j] = fma(dp[i], u[H + i - j], dwr[j]);
+          if (j < W) dwr[j] = fma(dpc[i], u[H + i - j], dwr[j]);
       }
     }
-    if (dxr) {
-      A out[VEC];
-      // dpre rows past the row's end (i + m >= lim) are never formed; only a
-      // row's last chunk has such rows, and only it pays for the predicates
-      const int lim = t0 + VEC + H > a.T ? int(a.T - t0) : VEC + H;
+    if ((FAST || base > tb) && dxr) {  // dx of the previous chunk (warp-uniform test)
+      A dp[VEC + H];  // dp[i] = dpre(tp + i), tp = t0 - kChunk
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        A v = A(0);
-        if (lim == VEC + H) {
+      for (int i = 0; i < VEC; ++i) dp[i] = dpp[i];
 #pragma unroll
-          for (int m = 0; m < WMAX; ++m)  // weight[W-1-m] * dpre(t + m)
-            if (m < W) v = fma(wr[m], dp[i + m], v);
-        } else {
+      for (int i = 0; i < H; ++i) {  // from lane + k, element i % VEC (sender chooses the chunk)
+        const int k = 1 + i / VEC, e = i % VEC;
+        dp[VEC + i] = i < W - 1 ? __shfl_sync(0xffffffffu, lane >= k ? dpp[e] : dpc[e], (lane + k) & 31)
+                                : A(0);
+      }
+      const int64_t tp = t0 - kChunk;
+      if (FAST || tp < tend) {
+        A out[VEC];
+        // dpre rows past the row's end (i + m >= lim) are never formed; only a
+        // row's last chunk has such rows, and only it pays for the predicates
+        const int lim = FAST || tp + VEC + H <= a.T ? VEC + H : int(a.T - tp);
 #pragma unroll
-          for (int m = 0; m < WMAX; ++m)
-            if (m < W && i + m < lim) v = fma(wr[m], dp[i + m], v);
+        for (int i = 0; i < VEC; ++i) {
+          A v = A(0);
+          if (lim == VEC + H) {
+#pragma unroll
+            for (int m = 0; m < WMAX; ++m)  // weight[W-1-m] * dpre(t + m)
+              if (m < W) v = fma(wr[m], dp[i + m], v);
+          } else {
+#pragma unroll
+            for (int m = 0; m < WMAX; ++m)
+              if (m < W && i + m < lim) v = fma(wr[m], dp[i + m], v);
+          }
+          const int64_t t = tp + i;
+          if (!FAST && a.dht.p && t >= a.T - a.S)
+            v += ld<A>(a.dht.p, a.dht.dt, b * a.dht.s0 + d * a.dht.s1 + (a.S + t - a.T) * a.dht.s2);
+          out[i] = v;
         }
-        const int64_t t = t0 + i;
-        if (a.dht.p && t >= a.T - a.S)
-          v += ld<A>(a.dht.p, a.dht.dt, b * a.dht.s0 + d * a.dht.s1 + (a.S + t - a.T) * a.dht.s2);
-        out[i] = v;
+        stp<T, VEC>(dxr + tp, P::make(out));
       }
-      stp<T, VEC>(dxr + t0, Pack<T, VEC>::make(out));
     }
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      xp[i] = xc[i];
+      dpp[i] = dpc[i];
+    }
+  };
+  for (int64_t base = tb;; base += kChunk) {  // warp-uniform
+    const bool own = base < tend;  // a chunk of the tile (else: the step after it)
+    const bool fast = own && base > tb && base + kChunk <= tend && base + H <= a.T &&
+                      (!a.dht.p || base <= a.T - a.S);
+    if (fast) chunk_step(base, true, std::true_type{});
+    else chunk_step(base, own, std::false_type{});
+    if (!own) break;
   }
   if (!want_dw) return;
 #pragma unroll
@@ -417,6 +474,7 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
   if (!general_coords(a, &tile, &d, &b, &tb, &te)) return;
   A* dp = static_cast<A*>(a.dpre);
   for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
+    if (q.pad) return;  // (padding: no dpre is read)
     const int64_t h0row = h0_row_of(a, n);
     for (int64_t tok = t; tok < e; ++tok)
       dp[(q.b * a.T + tok) * a.D + d] = dpre_at<A>(a, q, h0row, d, tok - q.s);
@@ -437,8 +495,13 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
     if (k == a.W + 1 && !a.dx.p) break;
     A acc = A(0);
     for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
+      if (q.pad) {  // a padding run of seq_idx: dx = 0, no partial
+        for (int64_t tok = t; k == a.W + 1 && tok < e; ++tok)
+          st<A>(a.dx.p, a.dx.dt, q.b * a.dx.s0 + tok * a.dx.s1 + d * a.dx.s2, A(0));
+        return;
+      }
       const int64_t send = q.s + q.L, rowoff = q.b * a.T;
-      const int64_t h0row = h0_row_of(a, n);
+      const int64_t h0row = h0_row_of(a, n), dhtrow = dht_row_of(a, n);
       for (int64_t tok = t; tok < e; ++tok) {
         if (k < a.W) {
           acc = fma(dp[(rowoff + tok) * a.D + d],
@@ -453,8 +516,8 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
               v = fma(ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + kk * a.weight.s1),
                       dp[(rowoff + src) * a.D + d], v);
           }
-          if (a.dht.p && tok - q.s >= q.L - a.S)
-            v += ld<A>(a.dht.p, a.dht.dt, n * a.dht.s0 + d * a.dht.s1 + (a.S + tok - q.s - q.L) * a.dht.s2);
+          if (dhtrow >= 0 && tok - q.s >= q.L - a.S)
+            v += ld<A>(a.dht.p, a.dht.dt, dhtrow * a.dht.s0 + d * a.dht.s1 + (a.S + tok - q.s - q.L) * a.dht.s2);
           st<A>(a.dx.p, a.dx.dt, q.b * a.dx.s0 + tok * a.dx.s1 + d * a.dx.s2, v);
         }
       }
@@ -465,15 +528,12 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
 
 // ---- initial-state gradient ------------------------------------------------------------
 
+// dh0 of sequence q (its h0 row, dht row; -1: none) for channel d into row
+// `out` of dinitial_state: the dpre of its first W-1 tokens recomputed.
 template <class A>
-__global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocksPerSm)
-    state_bwd(const Args a) {
+__device__ __forceinline__ void write_dh0(const Args& a, const Seq& q, int64_t h0row,
+                                          int64_t dhtrow, int64_t out, int64_t d) {
   constexpr int kCache = SmallTraits::kDpreCache;
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= a.N * a.D) return;
-  const int64_t n = i / a.D, d = i - n * a.D;
-  const Seq q = seq_of(a, n);
-  const int64_t h0row = h0_row_of(a, n);
   const int64_t off = a.S - (a.W - 1);
   // tokens whose window reaches h0 (none without dy: no dpre term, semantics §2)
   const int64_t nd = !a.dy.p ? 0 : q.L < a.W - 1 ? q.L : a.W - 1;
@@ -491,8 +551,59 @@ __global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocks
         du = fma(ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + k * a.weight.s1), dpv, du);
       }
     }
-    if (a.dht.p && j >= q.L) du += ld<A>(a.dht.p, a.dht.dt, n * a.dht.s0 + d * a.dht.s1 + (j - q.L) * a.dht.s2);
-    st<A>(a.dh0.p, a.dh0.dt, n * a.dh0.s0 + d * a.dh0.s1 + j * a.dh0.s2, du);
+    if (dhtrow >= 0 && j >= q.L)
+      du += ld<A>(a.dht.p, a.dht.dt, dhtrow * a.dht.s0 + d * a.dht.s1 + (j - q.L) * a.dht.s2);
+    st<A>(a.dh0.p, a.dh0.dt, out * a.dh0.s0 + d * a.dh0.s1 + j * a.dh0.s2, du);
+  }
+}
+
+template <class A>
+__global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocksPerSm)
+    state_bwd(const Args a) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.N * a.D) return;
+  const int64_t n = i / a.D, d = i - n * a.D;
+  write_dh0<A>(a, seq_of(a, n), h0_row_of(a, n), dht_row_of(a, n), n, d);
+}
+
+// seq_idx: every dinitial_state element 0 (rows of ids that do not occur keep
+// it; state_bwd_ids then writes the rows of the runs, later on the stream).
+template <class A>
+__global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocksPerSm)
+    zero_dh0(const Args a) {
+  const int64_t count = a.dh0.n0 * a.D * a.S;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = i % a.S, rd = i / a.S, d = rd % a.D, r = rd / a.D;
+    st<A>(a.dh0.p, a.dh0.dt, r * a.dh0.s0 + d * a.dh0.s1 + j * a.dh0.s2, A(0));
+  }
+}
+
+// seq_idx: dh0 of every real run into its id's row (state_fwd_ids' geometry:
+// one ballot finds the runs starting in the block's tokens).  The run length
+// is resolved up to max(S, W-1) tokens, all that dh0 reads of it.
+template <class A>
+__global__ void __launch_bounds__(IdStateTraits::kThreads, IdStateTraits::kMinBlocksPerSm)
+    state_bwd_ids(const Args a) {
+  const int lane = int(threadIdx.x & 31);
+  const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  const int64_t g = int64_t(blockIdx.x) * IdStateTraits::kTokens + lane;
+  const int64_t reach = a.S > a.W - 1 ? a.S : a.W - 1;
+  int64_t id = -1, len = 0;
+  if (g < a.B * a.T) {
+    const int64_t b = g / a.T, t = g - b * a.T;
+    id = sid_at(a, b, t);
+    const bool start = t == 0 || sid_at(a, b, t - 1) != id;
+    if (!start || id < 0 || id >= a.dh0.n0) id = -1;
+    for (len = 1; id >= 0 && len < reach && t + len < a.T && sid_at(a, b, t + len) == id;) ++len;
+  }
+  for (unsigned m = __ballot_sync(0xffffffffu, id >= 0); m; m &= m - 1) {
+    const int l = __ffs(m) - 1;
+    const int64_t i = __shfl_sync(0xffffffffu, id, l), L = __shfl_sync(0xffffffffu, len, l);
+    if (d >= a.D) continue;
+    const int64_t gs = int64_t(blockIdx.x) * IdStateTraits::kTokens + l, b = gs / a.T;
+    const Seq q{b, gs - b * a.T, L, 0, false};
+    write_dh0<A>(a, q, a.h0.p && i < a.h0.n0 ? i : -1, dht_row_of(a, i), i, d);
   }
 }
 
@@ -509,12 +620,20 @@ __global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocks
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t d = i % a.D, bt = i / a.D, tok = bt % a.T, b = bt / a.T;
-    const int64_t n = a.packed ? find_seq(a, tok) : b;
-    const Seq q = seq_of(a, n);
     A v = A(0);
-    if (a.dht.p && tok - q.s >= q.L - a.S)
-      v = ld<A>(a.dht.p, a.dht.dt, n * a.dht.s0 + d * a.dht.s1 + (a.S + tok - q.s - q.L) * a.dht.s2);
-    st<A>(a.dx.p, a.dx.dt, q.b * a.dx.s0 + tok * a.dx.s1 + d * a.dx.s2, v);
+    if (a.sid.p) {  // seq_idx: the run's end, if within S tokens (padding: 0)
+      const int64_t id = sid_at(a, b, tok), row = id >= 0 ? dht_row_of(a, id) : -1;
+      int64_t end = tok + 1;
+      while (row >= 0 && end < a.T && end - tok <= a.S && sid_at(a, b, end) == id) ++end;
+      if (row >= 0 && end - tok <= a.S)
+        v = ld<A>(a.dht.p, a.dht.dt, row * a.dht.s0 + d * a.dht.s1 + (a.S + tok - end) * a.dht.s2);
+    } else {
+      const int64_t n = a.packed ? find_seq(a, tok) : b;
+      const Seq q = seq_of(a, n);
+      if (a.dht.p && tok - q.s >= q.L - a.S)
+        v = ld<A>(a.dht.p, a.dht.dt, n * a.dht.s0 + d * a.dht.s1 + (a.S + tok - q.s - q.L) * a.dht.s2);
+    }
+    st<A>(a.dx.p, a.dx.dt, b * a.dx.s0 + tok * a.dx.s1 + d * a.dx.s2, v);
   }
 }
 
@@ -543,7 +662,10 @@ __global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocks
 struct BwdKernels {
   template <class T, int WMAX, int CH>
   static cudaError_t tm(const Plan& pl, const Args& a, Launch* l) {
-    return l->main(CH > 1 ? "bwd_tm(vector)" : "bwd_tm(scalar)", bwd_tm<T, WMAX, CH>, pl, a);
+    if constexpr (kHasFull<T, WMAX, CH>) {
+      if (full_instance<T, WMAX, CH>(a)) return l->main("bwd_tm(vector, full window)", bwd_tm<T, WMAX, CH, true>, pl, a);
+    }
+    return l->main(CH > 1 ? "bwd_tm(vector)" : "bwd_tm(scalar)", bwd_tm<T, WMAX, CH, false>, pl, a);
   }
   template <class T, int WMAX>
   static cudaError_t cm(const Plan& pl, const Args& a, Launch* l) {
@@ -563,7 +685,16 @@ cudaError_t launch_rest(const Problem& p, int64_t parts, const Args& a, Launch* 
     const cudaError_t e = l->small("reduce_parts", reduce_parts<A>, p.D * (p.W + 1), a, parts);
     if (e != cudaSuccess) return e;
   }
-  if (p.dh0 && p.N > 0 && p.D > 0 && p.S > 0) return l->small("state_bwd", state_bwd<A>, p.N * p.D, a);
+  if (!p.dh0 || p.D == 0 || p.S == 0) return cudaSuccess;
+  if (p.seq_idx) {
+    const int64_t count = p.dh0.shape[0] * p.D * p.S;
+    if (count == 0) return cudaSuccess;
+    const cudaError_t e = l->small("zero_dh0", zero_dh0<A>,
+                                   std::min<int64_t>(count, SmallTraits::kMaxGridThreads), a);
+    if (e != cudaSuccess || p.B * p.T == 0) return e;
+    return l->ids("state_bwd_ids", state_bwd_ids<A>, p.B * p.T, p.D, a);
+  }
+  if (p.N > 0) return l->small("state_bwd", state_bwd<A>, p.N * p.D, a);
   return cudaSuccess;
 }
 

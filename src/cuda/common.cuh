@@ -3,9 +3,9 @@
 // the extended sequence u_n = h0_n ++ x_n as a scalar loader and the tile
 // walker.  (Activations: activation.cuh; kernel shapes: traits.hpp.)
 //
-// Every index is 64-bit.  cu_seqlens and state indices live in device memory
-// and are never validated on the host, so every lookup here clamps:
-// offsets into [0, total], out-of-range pool rows become -1 (no state).
+// Every index is 64-bit.  cu_seqlens, state indices and seq_idx live in device
+// memory and are never validated on the host, so every lookup here clamps:
+// offsets into [0, total], out-of-range pool rows (and ids) become -1 (no state).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -44,9 +44,14 @@ struct Args {
   int64_t table_cols;       // M
   int64_t block_size;       // > 0: prefix caching (snapshots at block boundaries)
   int state_io;             // decode: how state rows are accessed (plan.hpp StateIo)
+  DTensor sid;              // seq_idx [B, T] (n0 = B; s0, s1), absent: nullptr
   // tiling of the (batch, time) axis: a tile is tile_t consecutive tokens of
-  // one batch row (dense) or of the packed token axis.
-  int64_t tile_t, tiles_per_row, ntiles;
+  // one batch row (dense), of the packed token axis, or of the B*T tokens
+  // row after row (seq_idx); `axis` tokens per tiled row (T, or B*T).
+  int64_t tile_t, tiles_per_row, ntiles, axis;
+  // seq_idx: tokens past a tile whose run boundary the walker finds exactly
+  // (the backward's look-ahead, and S more with dfinal_state: its terms).
+  int64_t ahead;
   void* part;               // workspace: per-part dweight/dbias partials [parts, D, W+1]
   void* dpre;               // workspace: dpre [B*T, D] (general path only)
 };
@@ -210,6 +215,15 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// Element (batch row b, token 0, channel d) of an activation tensor as a typed
+// pointer (x, residual, y, dy, dx: [B, T, D] element strides s0, s1, s2);
+// nullptr when the tensor is absent.
+template <class T>
+__device__ __forceinline__ T* row_ptr(const DTensor& t, int64_t b, int64_t d) {
+  using E = std::remove_const_t<T>;
+  return t.p ? static_cast<E*>(t.p) + b * t.s0 + d * t.s2 : nullptr;
+}
+
 // ---- sequences and state rows (clamped) -------------------------------------------
 
 // cu_seqlens[i] clamped into [0, total]; cu[0] is 0 and cu[N] is total by definition.
@@ -229,6 +243,13 @@ __device__ __forceinline__ int64_t find_seq(const Args& a, int64_t t) {
     if (cu_at(a, mid) <= t) lo = mid; else hi = mid - 1;
   }
   return lo;
+}
+
+// seq_idx[b, t] (device memory; any contents describe runs).
+__device__ __forceinline__ int64_t sid_at(const Args& a, int64_t b, int64_t t) {
+  const int64_t o = b * a.sid.s0 + t * a.sid.s1;
+  return a.sid.dt == SC_I32 ? int64_t(static_cast<const int32_t*>(a.sid.p)[o])
+                            : static_cast<const int64_t*>(a.sid.p)[o];
 }
 
 // Pool row of sequence n in a state tensor with optional indices; -1 = none
@@ -282,11 +303,18 @@ __device__ __forceinline__ int64_t snapshot_count(const Args& a, int64_t n, int6
   const int64_t last = (c + L - 1) / a.block_size;
   return last >= *m0 ? last - *m0 + 1 : 0;
 }
+// Row of dfinal_state for sequence n (with seq_idx n is the id, clamped like
+// a pool index: past the rows there is no dht term); -1: none.
+__device__ __forceinline__ int64_t dht_row_of(const Args& a, int64_t n) {
+  return a.dht.p && n >= 0 && n < a.dht.n0 ? n : -1;
+}
 
 // Sequence n as (batch row b, first token s, length L) in x's [B, T, D] view,
-// and the ring offset c of its state rows (0 without rings).
+// the ring offset c of its state rows (0 without rings), and whether it is a
+// padding run of seq_idx (outputs 0, feeds nothing).
 struct Seq {
   int64_t b, s, L, c;
+  bool pad;
 };
 __device__ __forceinline__ int64_t ring_of(const Args& a, int64_t n) {
   if (!a.ring.p || a.S == 0) return 0;
@@ -294,9 +322,9 @@ __device__ __forceinline__ int64_t ring_of(const Args& a, int64_t n) {
   return c < 0 ? c + a.S : c;  // (negative offsets are the caller's error: clamped)
 }
 __device__ __forceinline__ Seq seq_of(const Args& a, int64_t n) {
-  if (!a.packed) return Seq{n, 0, a.T, ring_of(a, n)};
+  if (!a.packed) return Seq{n, 0, a.T, ring_of(a, n), false};
   const int64_t s = cu_at(a, n), e = cu_at(a, n + 1);
-  return Seq{0, s, e > s ? e - s : 0, ring_of(a, n)};
+  return Seq{0, s, e > s ? e - s : 0, ring_of(a, n), false};
 }
 // Slot of logical state entry j (0 <= j < S) of sequence q in its row.
 __device__ __forceinline__ int64_t state_slot(const Args& a, const Seq& q, int64_t j) {
@@ -321,7 +349,7 @@ __device__ __forceinline__ void tile_range(const Args& a, int64_t tile, int64_t*
   *b = row;
   *tb = (tile - row * a.tiles_per_row) * a.tile_t;
   const int64_t e = *tb + a.tile_t;
-  *te = e < a.T ? e : a.T;
+  *te = e < a.axis ? e : a.axis;
 }
 
 // The sliding window before token t of sequence q, for the token-major
@@ -347,6 +375,37 @@ __device__ __forceinline__ void load_window(const Args& a, const Seq& q, int64_t
   }
 }
 
+// Channel-major chunks (fwd_cm, bwd_cm): lane l of a warp holds the VEC
+// consecutive tokens [t0, t0 + VEC), t0 = base + l * VEC, of a chunk of
+// 32 * VEC tokens of one (batch, channel) row.  The H inputs before t0 sit in
+// lower lanes of the same chunk or, for the first lanes, in the previous
+// chunk (xp: what each lane held there), exchanged by shuffles instead of
+// re-read; at a tile's first chunk (`first`) those lanes read them from
+// memory (x, or the sequence's h0 row before the row's start).
+// u[H - 1 - i] = u(t0 - 1 - i) (the caller keeps u[H + i] = xc[i]); entries
+// i >= W - 1 (pad taps) are 0.  The
+// sender chooses: lane s sends its value of this chunk to lane s + k when
+// that lane is in this chunk (s < 32 - k), else its previous chunk's.
+// Every lane of the warp must call this (warp-uniform control flow).
+template <class T, int H, int VEC, class A>
+__device__ __forceinline__ void cm_window(const Args& a, const Seq& q, int64_t h0row, int64_t d,
+                                          const T* xr, int64_t t0, int lane, bool first,
+                                          const A (&xc)[VEC], const A (&xp)[VEC], A (&u)[H + VEC]) {
+#pragma unroll
+  for (int i = 0; i < H; ++i) {
+    const int k = 1 + i / VEC, e = VEC - 1 - i % VEC;  // source lane offset and element
+    A v = A(0);
+    if (i < a.W - 1) {
+      v = __shfl_sync(0xffffffffu, lane < 32 - k ? xc[e] : xp[e], (lane - k) & 31);
+      if (first && lane < k) {
+        const int64_t tok = t0 - 1 - i;
+        v = tok >= 0 ? to_f(xr[tok]) : load_u<A>(a, q, h0row, d, a.S + tok);
+      }
+    }
+    u[H - 1 - i] = v;
+  }
+}
+
 // The general path's thread coordinates: tile (grid.x x block.y), channel d
 // (grid.y x block.x) and the tile's batch row and tokens; false when the
 // thread has no (tile, channel).
@@ -359,20 +418,60 @@ __device__ __forceinline__ bool general_coords(const Args& a, int64_t* tile, int
   return true;
 }
 
+// seq_idx: the part [g, e) of tile [.., ge) of the flat token axis (g =
+// b*T + t) that lies in one run; returns e and sets *id and *q in row-local
+// tokens.  Only what the kernels read is resolved, scanning at most W-1 ids
+// back and `ahead` ids past the tile: q->s is the run's start when it lies
+// within W-1 tokens before g (no window reaches further; else g - (W-1)),
+// and q->s + q->L its end when that lies before the tile's end + ahead (else
+// that bound, clipped to the row: the look-ahead and the dht terms then see
+// the run continue, as they should).
+__device__ __forceinline__ int64_t id_segment(const Args& a, int64_t g, int64_t ge, Seq* q,
+                                              int64_t* id) {
+  const int64_t b = g / a.T, t = g - b * a.T;
+  const int64_t i = sid_at(a, b, t);
+  const int64_t back = t > a.W - 1 ? t - (a.W - 1) : 0;
+  int64_t s = t;
+  while (s > back && sid_at(a, b, s - 1) == i) --s;
+  const int64_t tile_end = ge - b * a.T < a.T ? ge - b * a.T : a.T;  // row-local
+  int64_t e = t + 1;
+  while (e < tile_end && sid_at(a, b, e) == i) ++e;
+  int64_t end = e;
+  if (e == tile_end) {
+    const int64_t lim = tile_end + a.ahead < a.T ? tile_end + a.ahead : a.T;
+    while (end < lim && sid_at(a, b, end) == i) ++end;
+  }
+  *q = Seq{b, s, end - s, 0, i < 0};
+  *id = i;
+  return b * a.T + e;
+}
+
 // The tile walker every tiled kernel uses: calls seg(q, n, t, e) for each
 // sequence n with tokens in tile [tb, te) of batch row b, in order, with
 // [t, e) the part of the tile inside it (a packed tile may span several
-// sequences; zero-length ones are skipped).
+// sequences; zero-length ones are skipped).  With seq_idx the tile is on the
+// flat axis (b = 0), each run is a sequence, n is its id and [t, e) are
+// tokens of row q.b; padding runs come with q.pad set.  (One call site of
+// seg: the kernels' segment bodies are inlined once.)
 template <class F>
 __device__ __forceinline__ void for_each_segment(const Args& a, int64_t b, int64_t tb, int64_t te,
                                                  F&& seg) {
-  int64_t n = a.packed ? find_seq(a, tb) : b;
-  for (int64_t t = tb; t < te && n < a.N; ++n) {
-    const Seq q = seq_of(a, n);
-    const int64_t send = q.s + q.L;
-    const int64_t e = send < te ? send : te;
-    if (e <= t) continue;
-    seg(q, n, t, e);
+  const bool ids = a.sid.p != nullptr;
+  int64_t n = ids ? 0 : a.packed ? find_seq(a, tb) : b;
+  for (int64_t t = tb; t < te; ++n) {
+    Seq q;
+    int64_t e, row0 = 0;
+    if (ids) {
+      e = id_segment(a, t, te, &q, &n);
+      row0 = q.b * a.T;
+    } else {
+      if (n >= a.N) break;
+      q = seq_of(a, n);
+      const int64_t send = q.s + q.L;
+      e = send < te ? send : te;
+      if (e <= t) continue;
+    }
+    seg(q, n, t - row0, e - row0);
     t = e;
   }
 }

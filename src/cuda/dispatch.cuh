@@ -81,6 +81,15 @@ struct Launch {
     return go(name, k, dim3(unsigned(ceil_div(items, SmallTraits::kThreads))),
               dim3(SmallTraits::kThreads), 0, a, extra...);
   }
+  // seq_idx state kernels (IdStateTraits): blocks over (tokens, channels).
+  template <class... X>
+  cudaError_t ids(const char* name, void (*k)(Args, X...), int64_t tokens, int64_t channels,
+                  const Args& a, X... extra) {
+    return go(name, k,
+              dim3(unsigned(ceil_div(tokens, IdStateTraits::kTokens)),
+                   unsigned(ceil_div(channels, IdStateTraits::kThreads))),
+              dim3(IdStateTraits::kThreads), 0, a, extra...);
+  }
   cudaError_t no_instance(const char* name) {
     kernel = name;
     missing = true;

@@ -27,6 +27,10 @@
 //   L+j >= j here) happens before the write of ht[j].  With prefix caching it
 //   also writes the snapshot at every block boundary inside the chunk (the
 //   last S entries of u after r tokens), the write into h0's own row last.
+//   state_fwd_ids: the same for the runs of seq_idx (a thread per (32-token
+//   block, channel)).
+// - seq_idx: the tiles are on the flat B*T axis; the walker (common.cuh) finds
+//   the runs, padding runs write y = 0.
 #include "cuda/activation.cuh"
 #include "cuda/common.cuh"
 #include "cuda/dispatch.cuh"
@@ -92,13 +96,16 @@ struct TmFwd {
   template <bool FULL>
   __device__ void segment(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
                           int64_t e) {
+    if (q.pad) {  // a padding run of seq_idx: y = 0
+      T* yq = static_cast<T*>(a.y.p) + q.b * a.y.s0 + d0 * a.y.s2;
+      for (int64_t tok = t; tok < e; ++tok) stp<T, CH>(yq + tok * a.y.s1, P::zero());
+      return;
+    }
     const int64_t h0row = h0_row_of(a, n);
     const int64_t sx = a.x.s1, sr = a.residual.s1, sy = a.y.s1;
-    const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + d0 * a.x.s2;
-    const T* rp = a.residual.p ? static_cast<const T*>(a.residual.p) + q.b * a.residual.s0 +
-                                     d0 * a.residual.s2
-                               : nullptr;
-    T* yp = static_cast<T*>(a.y.p) + q.b * a.y.s0 + d0 * a.y.s2;
+    const T* xp = row_ptr<const T>(a.x, q.b, d0);
+    const T* rp = row_ptr<const T>(a.residual, q.b, d0);
+    T* yp = row_ptr<T>(a.y, q.b, d0);
     load_window<T, CH>(a, q, h0row, xp, sx, d0, t, kpad, sl);
     const int64_t tok = t;
     const T* xq = xp + tok * sx;
@@ -299,13 +306,11 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
     wr[j] = j < W ? scale * ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (W - 1 - j) * a.weight.s1)
                   : A(0);
   const A bs = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
-  const Seq q{b, 0, a.T, ring_of(a, b)};
+  const Seq q{b, 0, a.T, ring_of(a, b), false};
   const int64_t h0row = h0_row_of(a, b);
-  const T* xr = static_cast<const T*>(a.x.p) + b * a.x.s0 + d * a.x.s2;
-  const T* rr = a.residual.p ? static_cast<const T*>(a.residual.p) + b * a.residual.s0 +
-                                   d * a.residual.s2
-                             : nullptr;
-  T* yr = static_cast<T*>(a.y.p) + b * a.y.s0 + d * a.y.s2;
+  const T* xr = row_ptr<const T>(a.x, b, d);
+  const T* rr = row_ptr<const T>(a.residual, b, d);
+  T* yr = row_ptr<T>(a.y, b, d);
   const int64_t tend = (tile + 1) * a.tile_t < a.T ? (tile + 1) * a.tile_t : a.T;
   for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; t0 < tend; t0 += 32 * VEC) {
     const Pack<T, VEC> xv = ldp<T, VEC>(xr + t0);
@@ -346,6 +351,11 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
   const RuntimeAct<M> act{a.act};  // (scale 1: the general path never pre-scales)
   const A bs = a.bias.p ? ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
   for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
+    if (q.pad) {  // a padding run of seq_idx: y = 0
+      for (int64_t tok = t; tok < e; ++tok)
+        st<A>(a.y.p, a.y.dt, q.b * a.y.s0 + tok * a.y.s1 + d * a.y.s2, A(0));
+      return;
+    }
     const int64_t h0row = h0_row_of(a, n);
     for (int64_t tok = t; tok < e; ++tok) {
       const int64_t p0 = a.S - (a.W - 1) + (tok - q.s);  // u position of tap 0
@@ -410,6 +420,44 @@ __global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocks
   }
 }
 
+// seq_idx (semantics section 3): the final state of every real run into its
+// id's row.  A block's warps share IdStateTraits::kTokens flat tokens: one
+// ballot finds the runs ending there, then each thread writes its channel of
+// those runs' rows (j upward, as state_fwd: the in-place rule).  An id past
+// final_state's rows writes nothing; one past initial_state's reads zeros.
+__global__ void __launch_bounds__(IdStateTraits::kThreads, IdStateTraits::kMinBlocksPerSm)
+    state_fwd_ids(const Args a) {
+  const int lane = int(threadIdx.x & 31);
+  const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  const int64_t g = int64_t(blockIdx.x) * IdStateTraits::kTokens + lane;
+  int64_t id = -1, keep = 0;  // keep: run tokens kept in the state (<= S)
+  if (g < a.B * a.T) {
+    const int64_t b = g / a.T, t = g - b * a.T;
+    id = sid_at(a, b, t);
+    const bool end = t == a.T - 1 || sid_at(a, b, t + 1) != id;
+    if (!end || id < 0 || id >= a.ht.n0) id = -1;
+    for (keep = 1; id >= 0 && keep < a.S && t - keep >= 0 && sid_at(a, b, t - keep) == id;)
+      ++keep;
+  }
+  for (unsigned m = __ballot_sync(0xffffffffu, id >= 0); m; m &= m - 1) {
+    const int l = __ffs(m) - 1;
+    const int64_t i = __shfl_sync(0xffffffffu, id, l), L = __shfl_sync(0xffffffffu, keep, l);
+    if (d >= a.D) continue;
+    const int64_t ge = int64_t(blockIdx.x) * IdStateTraits::kTokens + l, b = ge / a.T;
+    const int64_t t_end = ge - b * a.T, in = a.h0.p && i < a.h0.n0 ? i : -1;
+    // ht[j] = u(L + j): the h0 entry L + j (a run shorter than S), else the
+    // token t_end + 1 - S + j; L = keep when the run is shorter than S.
+    for (int64_t j = 0; j < a.S; ++j) {
+      double v = 0.0;
+      if (j < a.S - L)
+        v = in >= 0 ? ld<double>(a.h0.p, a.h0.dt, in * a.h0.s0 + d * a.h0.s1 + (L + j) * a.h0.s2) : 0.0;
+      else
+        v = ld<double>(a.x.p, a.x.dt, b * a.x.s0 + (t_end + 1 - a.S + j) * a.x.s1 + d * a.x.s2);
+      st<double>(a.ht.p, a.ht.dt, i * a.ht.s0 + d * a.ht.s1 + j * a.ht.s2, v);
+    }
+  }
+}
+
 // ---- launches -----------------------------------------------------------------------
 
 // The forward's kernels, for launch_path (dispatch.cuh).
@@ -437,8 +485,9 @@ cudaError_t launch_fwd(const Problem& p, const Plan& pl, const Args& a, Launch* 
         with_act_type(p.act_dtype, [&](auto t) { return launch_path<FwdKernels, typename decltype(t)::type>(pl, a, l); });
     if (e != cudaSuccess) return e;
   }
-  if (p.ht && p.N > 0 && p.D > 0 && p.S > 0) return l->small("state_fwd", state_fwd, p.N * p.D, a);
-  return cudaSuccess;
+  if (!p.ht || p.N == 0 || p.D == 0 || p.S == 0) return cudaSuccess;
+  if (p.seq_idx) return l->ids("state_fwd_ids", state_fwd_ids, p.B * p.T, p.D, a);
+  return l->small("state_fwd", state_fwd, p.N * p.D, a);
 }
 
 }  // namespace shortconv::cuda

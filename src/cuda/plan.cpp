@@ -50,7 +50,16 @@ bool tm_vec_ok(const Problem& p) {
   });
 }
 
-bool cm_shape_ok(const Problem& p) { return !p.packed && p.act_dtype != SC_F64; }
+// Channel-major kernels own whole rows of one sequence (no segment walker):
+// not for packed batches nor seq_idx (a planned restriction; those take the
+// token-major paths, whose walker splits tiles at sequence boundaries).
+bool cm_shape_ok(const Problem& p) { return !p.packed && !p.seq_idx && p.act_dtype != SC_F64; }
+
+// The tiled token axis: B rows of T tokens, or with seq_idx one row of B*T
+// (the packed batch of semantics section 3: the tiles, and so every partial
+// sum, are those of the equivalent cu_seqlens batch).
+int64_t axis_rows(const Problem& p) { return p.seq_idx ? 1 : p.B; }
+int64_t axis_len(const Problem& p) { return p.seq_idx ? p.B * p.T : p.T; }
 
 bool cm_ok(const Problem& p) {
   if (!cm_shape_ok(p)) return false;
@@ -77,6 +86,7 @@ void plan_cm(const Problem& p, int sms, Plan* pl) {
                                               1, CmTraits::kMaxIters);
     pl->tile_t = chunk * iters;
   }
+  pl->axis = p.T;
   pl->tiles_per_row = ceil_div(p.T, pl->tile_t);
   pl->ntiles = p.B * pl->tiles_per_row;
   pl->parts = pl->ntiles;  // one partial row per warp tile
@@ -102,20 +112,23 @@ void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
     cx = int(std::min<int64_t>(TmTraits::kMaxCx, pow2_ceil(std::max<int64_t>(cols, 1))));
   const int ty = std::max(1, threads / cx);
   if (p.exec.tile_t > 0) {
-    pl->tile_t = clamp_tile(p.exec.tile_t, p.T);
+    pl->tile_t = clamp_tile(p.exec.tile_t, axis_len(p));
   } else {
     const int64_t target = int64_t(sms) * TmTraits::kResidentThreads;  // threads of one wave
     const int64_t work = p.B * p.T * cols;                               // thread-tokens
     const int64_t per_thread = ceil_div(work, std::max<int64_t>(target, 1));
-    if (bwd || pow2_ceil(per_thread) <= TmTraits::kMaxTileT) {
+    if (bwd) {
+      pl->tile_t = std::clamp<int64_t>(pow2_ceil(per_thread), TmTraits::kMinTileT, TmTraits::kMaxTileTBwd);
+    } else if (pow2_ceil(per_thread) <= TmTraits::kMaxTileT) {
       pl->tile_t = std::clamp<int64_t>(pow2_ceil(per_thread), TmTraits::kMinTileT, TmTraits::kMaxTileT);
     } else {  // (the backward measured slower with the shorter tiles)
       pl->tile_t = std::clamp<int64_t>(pow2_floor(per_thread / TmTraits::kMinWaves),
                                        TmTraits::kMinTileT, TmTraits::kMaxTileT);
     }
   }
-  pl->tiles_per_row = ceil_div(p.T, pl->tile_t);
-  pl->ntiles = p.B * pl->tiles_per_row;
+  pl->axis = axis_len(p);
+  pl->tiles_per_row = ceil_div(pl->axis, pl->tile_t);
+  pl->ntiles = axis_rows(p) * pl->tiles_per_row;
   pl->parts = path == Path::general ? pl->ntiles : ceil_div(pl->ntiles, ty);
   pl->block_x = cx;
   pl->block_y = ty;
@@ -176,8 +189,9 @@ void plan_decode(const Problem& p, Plan* pl) {
 bool serving_step(const Problem& p) { return p.dir == Dir::fwd && (p.accepted || p.parents); }
 
 bool decode_shaped(const Problem& p) {
-  // (prefix-caching snapshots are state_fwd's: a prefill chunk takes the tiled paths)
-  if (p.dir != Dir::fwd || p.W > kMaxFastW || p.block_size > 0) return false;
+  // (prefix-caching snapshots are state_fwd's: a prefill chunk takes the tiled paths;
+  // seq_idx runs are found by the tiled walker: the decode kernel takes offsets only)
+  if (p.dir != Dir::fwd || p.W > kMaxFastW || p.block_size > 0 || p.seq_idx) return false;
   if (serving_step(p)) return true;
   if (p.exec.tile_t > 0) return false;  // forced time tiles are the tiled paths' (tests sweep them)
   const int64_t most = DecodeTraits::kMaxTokens;

@@ -17,7 +17,7 @@ namespace shortconv::cuda {
 enum class Path {
   token_major_vec,     // channel axis contiguous, 16-byte aligned, W <= 8, not fp64: fwd_tm/bwd_tm, CH > 1
   token_major_scalar,  // any strides, fp64, W 9..16: fwd_tm/bwd_tm, CH = 1
-  channel_major,       // dense, time axis contiguous, not packed, not fp64: fwd_cm/bwd_cm
+  channel_major,       // dense, time axis contiguous, not packed, no seq_idx, not fp64: fwd_cm/bwd_cm
   general,             // W > kMaxFastW: fwd_general, dpre_general + bwd_general
   decode,              // forward of a few tokens per sequence, or a serving step: fwd_decode,
                        // one launch that also rewrites the state rows
@@ -51,6 +51,7 @@ struct Plan {
   int64_t grid_x = 0, grid_y = 1;  // blocks (grid.x: tiles; grid.y: channel groups)
   size_t smem = 0;          // dynamic shared memory of the main kernel
   int64_t tile_t = 0;       // tokens per tile
+  int64_t axis = 0;         // tokens per tiled row: T, or B*T with seq_idx (one row)
   int64_t tiles_per_row = 0, ntiles = 0;
   int64_t parts = 0;        // dweight/dbias partial rows in the workspace (backward)
   StateIo state_io = StateIo::scalar;  // decode: how state rows are read and written

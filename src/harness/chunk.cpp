@@ -90,6 +90,51 @@ void cut(const Case& c, const Inputs& in, const std::vector<int64_t>& lo,
   *oi = r;
 }
 
+void packed_equivalent(const Case& c, const Inputs& in, Case* oc, Inputs* oi) {
+  const std::vector<Case::Run> runs = c.runs();
+  const int64_t D = c.D, S = c.state_len(), R = int64_t(runs.size());
+  Case o = c;
+  o.seq_idx.clear();
+  o.id_rows = 0;
+  o.seq_idx_cm = false;
+  o.packed = true;
+  o.packed_2d = false;
+  o.dy_broadcast = false;
+  o.lengths.clear();
+  for (const Case::Run& r : runs) o.lengths.push_back(r.t1 - r.t0);
+  const bool states = (c.h0 || c.ht) && c.id_rows > 0;
+  o.h0 = c.h0 && states;
+  o.ht = c.ht && states;
+  o.in_place = c.in_place && states;
+  if (states) {  // a pool whose rows are the ids; padding runs name no row
+    o.pool = c.id_rows;
+    for (const Case::Run& r : runs) {
+      o.h0_index.push_back(r.id >= 0 ? r.id : -1);
+      o.ht_index.push_back(r.id >= 0 ? r.id : -1);
+    }
+  }
+  Inputs e = in;
+  if (c.dy) {
+    e.dy.assign(size_t(c.B * c.T * D), 0.0);
+    for (const Case::Run& r : runs)
+      for (int64_t t = r.t0; t < r.t1 && r.id >= 0; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t i = size_t((r.b * c.T + t) * D + d);
+          e.dy[i] = in.dy[c.dy_broadcast ? size_t(d) : i];
+        }
+  }
+  if (c.dht) {  // dense [runs, D, S] from the rows by id
+    e.dht.assign(size_t(R * D * S), 0.0);
+    for (int64_t k = 0; k < R; ++k)
+      if (const int64_t id = runs[size_t(k)].id; id >= 0)
+        std::copy_n(in.dht.begin() + id * D * S, D * S, e.dht.begin() + k * D * S);
+  }
+  e.cu_seqlens.assign(1, 0);
+  for (int64_t l : o.lengths) e.cu_seqlens.push_back(e.cu_seqlens.back() + l);
+  *oc = o;
+  *oi = e;
+}
+
 namespace {
 
 // The whole run of c with the loss on tail outputs only: dy zero on every

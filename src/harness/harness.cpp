@@ -52,7 +52,7 @@ int64_t Case::h0_row(int64_t n) const {
   if (!h0 || (!has_h0.empty() && !has_h0[size_t(n)])) return -1;
   if (pool == 0) return n;  // (the pad index applies to index tensors only)
   const int64_t r = !table() ? h0_index[size_t(n)]
-                                        : block_table[size_t(n * table_cols + initial_block[size_t(n)])];
+                              : block_table[size_t(n * table_cols + initial_block[size_t(n)])];
   return r == pad_index ? -1 : r;
 }
 
@@ -60,7 +60,7 @@ int64_t Case::ht_row(int64_t n) const {
   if (!ht) return -1;
   if (pool == 0) return n;
   const int64_t r = !table() ? ht_index[size_t(n)]
-                                        : block_table[size_t(n * table_cols + final_block[size_t(n)])];
+                              : block_table[size_t(n * table_cols + final_block[size_t(n)])];
   return r == pad_index ? -1 : r;
 }
 
@@ -82,6 +82,34 @@ int64_t Case::snapshot_row(int64_t n, int64_t k) const {
   return r == pad_index ? -1 : r;
 }
 
+std::vector<Case::Run> Case::runs() const {
+  std::vector<Run> r;
+  if (!by_ids()) return r;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t0 = 0, t1 = 0; t0 < T; t0 = t1) {
+      const int64_t id = seq_idx[size_t(b * T + t0)];
+      for (t1 = t0 + 1; t1 < T && seq_idx[size_t(b * T + t1)] == id; ++t1) {
+      }
+      r.push_back({b, t0, t1, id});
+    }
+  return r;
+}
+
+std::vector<char> Case::ht_rows_written() const {
+  std::vector<char> rows(size_t(std::max<int64_t>(state_rows(), 0)), 0);
+  if (!ht) return rows;
+  if (by_ids()) {
+    for (const Run& r : runs())
+      if (r.id >= 0 && r.id < state_rows()) rows[size_t(r.id)] = 1;
+    return rows;
+  }
+  for (int64_t n = 0; n < num_seqs(); ++n) {
+    const int64_t r = ht_row(n);
+    if (r >= 0 && r < state_rows()) rows[size_t(r)] = 1;
+  }
+  return rows;
+}
+
 std::string Case::describe() const {
   std::ostringstream o;
   const char* act_name = sc_activation_name(act);
@@ -94,6 +122,12 @@ std::string Case::describe() const {
     o << "]";
   } else {
     o << " B=" << B << " T=" << T;
+  }
+  if (by_ids()) {
+    o << " seq_idx" << (seq_idx_cm ? "^T" : "") << "[";
+    for (size_t i = 0; i < seq_idx.size(); ++i)
+      o << (i ? (T && i % size_t(T) == 0 ? "|" : ",") : "") << seq_idx[i];
+    o << "] id_rows=" << id_rows;
   }
   o << " " << layout_name(layout);
   if (bias) o << " bias";
@@ -139,7 +173,7 @@ Inputs make_inputs(const Case& c) {
     }
   };
   Inputs in;
-  const int64_t D = c.D, W = c.W, S = c.state_len(), N = c.num_seqs();
+  const int64_t D = c.D, W = c.W, S = c.state_len();
   const size_t act_n = size_t(c.xb() * c.xt() * D);
   fill(in.x, act_n, c.act_dtype);
   fill(in.weight, size_t(D * W), c.param_dtype, 1.0 / std::sqrt(double(W)));
@@ -147,7 +181,7 @@ Inputs make_inputs(const Case& c) {
   if (c.residual) fill(in.residual, act_n, c.act_dtype);
   if (c.h0) fill(in.h0, size_t(c.state_rows() * D * S), c.state_dtype);
   if (c.dy) fill(in.dy, c.dy_broadcast ? size_t(D) : act_n, c.act_dtype);
-  if (c.dht) fill(in.dht, size_t(N * D * S), c.state_dtype);
+  if (c.dht) fill(in.dht, size_t(c.grad_rows() * D * S), c.state_dtype);
   if (c.packed) {
     in.cu_seqlens.assign(1, 0);
     for (int64_t l : c.lengths) in.cu_seqlens.push_back(in.cu_seqlens.back() + l);

@@ -15,8 +15,8 @@
 //   x, residual, y, dy, dx : [Bx, Tx, D]   (packed: Bx = 1, Tx = total tokens)
 //   weight, dweight        : [D, W]
 //   bias, dbias            : [D]
-//   h0, ht                 : [rows, D, S]  (rows = pool size, or N)
-//   dht, dh0               : [N, D, S]
+//   h0, ht                 : [rows, D, S]  (rows = pool size, or N; seq_idx: id_rows)
+//   dht, dh0               : [N, D, S]     (seq_idx: [id_rows, D, S], rows by id)
 #pragma once
 
 #include <cstdint>
@@ -49,6 +49,12 @@ struct Case {
   bool packed = false;           // packed batch of `lengths`
   std::vector<int64_t> lengths;  // packed sequence lengths (0 allowed)
   bool packed_2d = false;        // packed x given as [total, D] instead of [1, total, D]
+  // Sequence ids (docs/semantics.md section 3) of a dense batch, [B*T] row after
+  // row (negative: padding); empty: absent.  The state tensors are then [id_rows,
+  // D, S] pools addressed by id (no pool indices, flags or rings).
+  std::vector<int64_t> seq_idx;
+  int64_t id_rows = 0;
+  bool seq_idx_cm = false;       // seq_idx stored column-major: strides {1, B}
 
   Layout layout = Layout::token_major;
   int64_t view_mult = 3, view_slot = 1;  // Layout::strided
@@ -90,7 +96,8 @@ struct Case {
   int64_t num_seqs() const { return packed ? int64_t(lengths.size()) : B; }
   int64_t xb() const { return packed ? 1 : B; }  // x viewed as [xb, xt, D]
   int64_t xt() const;
-  int64_t state_rows() const { return pool > 0 ? pool : num_seqs(); }
+  int64_t state_rows() const { return by_ids() ? id_rows : pool > 0 ? pool : num_seqs(); }
+  int64_t grad_rows() const { return by_ids() ? id_rows : num_seqs(); }  // of dht, dh0
   int64_t seq_len(int64_t n) const { return packed ? lengths[size_t(n)] : T; }
   bool table() const { return table_cols > 0; }
   bool serving() const { return !accepted.empty() || !parents.empty() || table(); }
@@ -101,6 +108,14 @@ struct Case {
   int64_t snapshot_row(int64_t n, int64_t k) const;
   int64_t h0_row(int64_t n) const;  // -1: none (also a false flag or the pad index)
   int64_t ht_row(int64_t n) const;  // -1: not written
+  bool by_ids() const { return !seq_idx.empty(); }
+  // The runs of seq_idx row after row: row b, tokens [t0, t1), the id.
+  struct Run {
+    int64_t b, t0, t1, id;
+  };
+  std::vector<Run> runs() const;
+  // Whether final-state row r is written (a sequence or a real run names it).
+  std::vector<char> ht_rows_written() const;
   std::string describe() const;
 };
 
@@ -112,6 +127,13 @@ struct Inputs {
   std::vector<double> x, weight, bias, residual, h0, dy, dht;
   std::vector<int64_t> cu_seqlens;  // packed only
 };
+
+// The cu_seqlens packed batch equivalent to a seq_idx case (semantics section
+// 3): x [1, B*T, D] with one sequence per run, pool indices = the ids (-1 for
+// padding runs), dense dht / dh0 ([runs, D, S]) gathered from / scattered into
+// the rows by id.  dy of padding tokens becomes 0 (their dpre then adds only
+// zeros).  Token-major, c's dtypes, tiles and optionals.
+void packed_equivalent(const Case& c, const Inputs& in, Case* out_c, Inputs* out_in);
 Inputs make_inputs(const Case& c);
 
 // Outputs in logical order (see the top of this file).  ht is the whole state
@@ -185,7 +207,7 @@ class Prepared {
          *dy_ = nullptr, *dht_ = nullptr, *dx_ = nullptr, *dw_ = nullptr, *db_ = nullptr,
          *dh0_ = nullptr, *h0b_ = nullptr, *h0f_ = nullptr, *ring_ = nullptr, *acc_ = nullptr,
          *par_ = nullptr, *tbl_ = nullptr, *iblk_ = nullptr, *fblk_ = nullptr, *first_ = nullptr,
-         *comp_ = nullptr;
+         *comp_ = nullptr, *sid_ = nullptr;
   sc_conv_args fa_{}, ba_{};
   Buffer fws_, bws_;
   void* stream_ = nullptr;

@@ -319,6 +319,13 @@ void Prepared::add_inputs(const Inputs* in) {
       h0b_->buf.upload(h0_->initial);
     }
   }
+  if (c.by_ids()) {  // [B, T], row-major or column-major storage
+    const int64_t B = c.B, T = c.T;
+    const sc_dtype I = c.index_dtype;
+    sid_ = add(c.seq_idx_cm ? make_tensor("seq_idx", I, false, {B, T}, {1, B}, 0, B * T, 2)
+                            : make_tensor("seq_idx", I, false, {B, T}, {T, 1}, 0, B * T, 2));
+    fill_index(sid_, c.seq_idx);
+  }
   if (!c.ring.empty()) {
     ring_ = add(index_tensor(c, "ring_offsets", N));
     fill_index(ring_, c.ring);
@@ -356,7 +363,7 @@ void Prepared::add_inputs(const Inputs* in) {
     fill(dy_, in ? (c.dy_broadcast ? &dy : &in->dy) : nullptr, false, &pattern_seed);
   }
   if (c.dht) {
-    dht_ = add(state_tensor(c, "dfinal_state", false, N, false));
+    dht_ = add(state_tensor(c, "dfinal_state", false, c.grad_rows(), false));
     fill(dht_, in ? &in->dht : nullptr, false, &pattern_seed);
   }
 }
@@ -376,7 +383,7 @@ void Prepared::add_outputs() {
   if (c.want_dx) dx_ = add(act_tensor(c, "dx", true, false));
   if (c.want_dweight) dw_ = add(make_tensor("dweight", c.param_dtype, true, {D, W}, {W, 1}, 0, D * W, 2));
   if (c.want_dbias) db_ = add(make_tensor("dbias", c.param_dtype, true, {D}, {1}, 0, D, 1));
-  if (c.want_dh0) dh0_ = add(state_tensor(c, "dinitial_state", true, N, false));
+  if (c.want_dh0) dh0_ = add(state_tensor(c, "dinitial_state", true, c.grad_rows(), false));
 }
 
 void Prepared::build_args() {
@@ -394,6 +401,7 @@ void Prepared::build_args() {
     set(a->cu_seqlens, cu_);
     set(a->initial_state_indices, h0i_);
     set(a->has_initial_state, h0f_);
+    set(a->seq_idx, sid_);
     a->pad_index = c_.pad_index;
     a->exec.backend = backend_;
     a->exec.num_threads = c_.num_threads;
@@ -517,13 +525,18 @@ Outputs Prepared::fetch(int pass) const {
       // entries written per row: S, or (W-2) + L_n of a speculative row (0 without tokens)
       const int64_t S = c_.state_len(), per_row = c_.D * S;
       std::vector<int64_t> entries(size_t(c_.state_rows()), 0);
-      for (int64_t n = 0; n < c_.num_seqs(); ++n) {
-        const int64_t r = c_.ht_row(n), L = c_.seq_len(n);
-        const int64_t E = c_.accepted.empty() ? S : L > 0 ? c_.W - 2 + L : 0;
-        if (r >= 0 && r < c_.state_rows()) entries[size_t(r)] = E;
-        for (int64_t k = 0; k < c_.snapshots(n); ++k)  // prefix-caching snapshots: whole rows
-          if (const int64_t sr = c_.snapshot_row(n, k); sr >= 0 && sr < c_.state_rows())
-            entries[size_t(sr)] = S;
+      if (c_.by_ids()) {  // rows named by a sequence id: whole rows
+        const std::vector<char> rows = c_.ht_rows_written();
+        for (size_t r = 0; r < rows.size(); ++r) entries[r] = rows[r] ? S : 0;
+      } else {
+        for (int64_t n = 0; n < c_.num_seqs(); ++n) {
+          const int64_t r = c_.ht_row(n), L = c_.seq_len(n);
+          const int64_t E = c_.accepted.empty() ? S : L > 0 ? c_.W - 2 + L : 0;
+          if (r >= 0 && r < c_.state_rows()) entries[size_t(r)] = E;
+          for (int64_t k = 0; k < c_.snapshots(n); ++k)  // prefix-caching snapshots: whole rows
+            if (const int64_t sr = c_.snapshot_row(n, k); sr >= 0 && sr < c_.state_rows())
+              entries[size_t(sr)] = S;
+        }
       }
       decode(ht_, o.ht, [&](int64_t i) {
         return S > 0 && i % S < entries[size_t(i / per_row)];

@@ -150,6 +150,35 @@ void draw_serving(Draw& r, Case& c) {
   }
 }
 
+// seq_idx for c's dense batch (semantics section 3): runs of 1, 2, W-1, W, W+1
+// or long tokens, padding runs (ids -1 .. -3) anywhere, rows starting and
+// ending with either; ids unique per run when the call writes or
+// differentiates states (one run per id), else sometimes an earlier id again.
+// The states become pools of id_rows rows (some ids never occur).
+void draw_ids(Draw& r, Case& c, int64_t long_len) {
+  c.pool = 0;
+  c.in_place = c.in_place && c.h0 && c.ht;
+  c.h0_index.clear();
+  c.ht_index.clear();
+  c.has_h0.clear();
+  c.ring.clear();
+  c.pad_index = -1;
+  const bool unique = c.ht || c.dht || c.want_dh0;
+  const int64_t lens[6] = {1, 2, c.W - 1, c.W, c.W + 1, long_len};
+  int64_t next = 0;
+  c.seq_idx.clear();
+  for (int64_t b = 0; b < c.B; ++b)
+    for (int64_t t = 0; t < c.T;) {
+      const int64_t len = std::max<int64_t>(1, lens[r.pick(0, 5)]);
+      int64_t id = -r.pick(1, 3);
+      if (!r.coin(0.25)) id = unique || next == 0 || r.coin(0.6) ? next++ : r.pick(0, next - 1);
+      for (int64_t k = 0; k < len && t < c.T; ++k, ++t) c.seq_idx.push_back(id);
+    }
+  c.id_rows = next + r.pick(0, 2);
+  if (c.id_rows == 0 && (c.h0 || c.ht)) c.id_rows = 1;
+  c.seq_idx_cm = r.coin(0.3);
+}
+
 }  // namespace
 
 Case random_case(std::mt19937_64& rng, const Space& sp) {
@@ -182,6 +211,8 @@ Case random_case(std::mt19937_64& rng, const Space& sp) {
     c.B = r.pick(1, 3);
     c.T = edge();
   }
+  const bool ids = sp.seq_ids && !c.packed && r.coin(0.3);
+  if (ids && r.coin(0.7)) c.T = r.pick(1, 3 * int64_t(c.W) + 12);
 
   if (sp.layouts) {
     const int l = int(r.pick(0, 2));
@@ -199,6 +230,7 @@ Case random_case(std::mt19937_64& rng, const Space& sp) {
     draw_states(r, c);
   else
     c.want_dh0 = false;
+  if (ids) draw_ids(r, c, sp.long_len);
   if (sp.tiles) {
     if (r.coin(0.5)) c.tile_t = r.pick(1, c.W + 3);
     if (r.coin(0.3)) c.tile_d = r.pick(1, 40);
@@ -207,7 +239,7 @@ Case random_case(std::mt19937_64& rng, const Space& sp) {
   c.want_dx = r.coin(0.9);
   c.want_dweight = r.coin(0.8);
   c.want_dbias = r.coin(0.7);
-  if (sp.serving) draw_serving(r, c);
+  if (sp.serving && !ids) draw_serving(r, c);  // serving steps take no seq_idx
   return c;
 }
 

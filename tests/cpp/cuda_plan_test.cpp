@@ -183,6 +183,64 @@ TEST(CudaPlan, ForcedTilesBeyondTheAxisAreTheWholeAxis) {
   }
 }
 
+// seq_idx (docs/semantics.md section 3): a planned restriction to the token-major
+// and general paths (the channel-major kernels own whole rows of one sequence
+// and have no walker), and tiles over the flat B*T axis: exactly the plan of
+// the equivalent packed batch [1, B*T, D] (so partial sums, and results, are
+// those of that batch).
+TEST(CudaPlan, SeqIdxPlansAreThoseOfTheEquivalentPackedBatch) {
+  std::mt19937_64 rng(34);
+  int restricted = 0;
+  for (int i = 0; i < 2000; ++i) {
+    Problem p = problem(rng);
+    if (p.packed) continue;
+    Path before[kMaxPaths];
+    const int nb = candidate_paths(p, before);
+    restricted += std::count(before, before + nb, Path::channel_major) > 0;
+    p.seq_idx.present = true;
+    p.seq_idx.shape[0] = p.B;
+    p.seq_idx.shape[1] = p.T;
+    p.N = p.B * p.T;
+    Problem q = p;  // the packed batch of the same tokens (the planner reads strides, shapes)
+    q.seq_idx = View{};
+    q.packed = true;
+    q.B = 1;
+    q.T = p.B * p.T;
+    for (View* v : {&q.x, &q.y, &q.dy, &q.dx}) {
+      v->shape[0] = 1;
+      v->shape[1] = q.T;
+    }
+    Path cand[kMaxPaths], qcand[kMaxPaths];
+    const int n = candidate_paths(p, cand);
+    // The packed batch may also take the decode kernel, which finds its sequences by
+    // offsets only (never a seq_idx call's); the other candidates are the same.
+    const int qn = candidate_paths(q, qcand);
+    const bool q_decode = qn > 0 && qcand[0] == Path::decode;
+    ASSERT_EQ(n, qn - q_decode);
+    if (q_decode) std::copy(qcand + 1, qcand + qn, qcand);
+    EXPECT_EQ(std::count(cand, cand + n, Path::channel_major), 0);
+    EXPECT_EQ(std::count(cand, cand + n, Path::decode), 0);
+    if (!q_decode) EXPECT_EQ(choose_path(p), choose_path(q));
+    EXPECT_EQ(workspace_bytes(p).value(), workspace_bytes(q).value());
+    for (int c = 0; c < n; ++c)
+      for (int sms : {1, 66, 132, 256}) {
+        ASSERT_EQ(cand[c], qcand[c]);
+        const Plan a = plan_for(p, cand[c], sms), b = plan_for(q, cand[c], sms);
+        EXPECT_EQ(a.axis, p.B * p.T);
+        EXPECT_EQ(a.tile_t, b.tile_t);
+        EXPECT_EQ(a.tiles_per_row, b.tiles_per_row);
+        EXPECT_EQ(a.ntiles, b.ntiles);
+        EXPECT_EQ(a.ntiles, a.tiles_per_row);  // one row: the flat axis
+        EXPECT_EQ(a.parts, b.parts);
+        EXPECT_EQ(a.grid_x, b.grid_x);
+        EXPECT_EQ(a.grid_y, b.grid_y);
+        EXPECT_EQ(a.block_x * a.block_y, b.block_x * b.block_y);
+        EXPECT_EQ(a.smem, b.smem);
+      }
+  }
+  EXPECT_GT(restricted, 100) << "too few problems that the channel-major path would take";
+}
+
 }  // namespace
 
 namespace {

@@ -58,6 +58,37 @@ Case base(sc_dtype dt, int W, int64_t B, int64_t T, int64_t D) {
   return c;
 }
 
+// seq_idx on the device (docs/semantics.md section 3): ids past the state
+// tensors' rows are not checked on the host; the kernels treat them as no row
+// (a zero initial state, no final-state row, no dht term, no dinitial_state
+// row).  Against the oracle on the same batch with zero rows appended for
+// those ids: every output equal, the real rows equal.
+TEST(Cuda, SeqIdxIdsPastTheRowsAreNoRow) {
+  REQUIRE_GPU();
+  for (int W : {4, 19}) {  // the token-major paths and the general path
+    Case c = base(SC_F32, W, 2, 40, 12);
+    c.S = W;
+    c.seq_idx.clear();
+    const int64_t ids[8] = {0, 4, -1, 1, 5, 2, -1, 3};  // 3, 4 and 5: past 3 rows
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t t = 0; t < 40; ++t) c.seq_idx.push_back(ids[b * 4 + t / 10]);
+    c.id_rows = 3;
+    Case e = c;  // the oracle's batch: rows 3..5 exist and are zero
+    e.id_rows = 6;
+    const Inputs in = make_inputs(c);
+    Inputs ie = in;
+    const size_t row = size_t(c.D * c.S);
+    ie.h0.resize(6 * row, 0.0);
+    ie.dht.resize(6 * row, 0.0);
+    const Outputs got = run(c, in, SC_BACKEND_CUDA), ref = run(e, ie, SC_BACKEND_REF);
+    ASSERT_TRUE(got.ok() && ref.ok()) << got.problems() << ref.problems();
+    Outputs cut = ref;  // the oracle's real rows
+    cut.ht.resize(3 * row);
+    cut.dh0.resize(3 * row);
+    EXPECT_EQ(compare(c, got, cut), "") << c.describe();
+  }
+}
+
 // W > 16: the general path, dense and packed, with states and odd S.
 TEST(Cuda, GeneralPathWide) {
   REQUIRE_GPU();

@@ -8,7 +8,8 @@
 // dtype codes and ranks, NULL pointers, outputs aliasing inputs or each other
 // or themselves, invalid cu_seqlens and index contents, out-of-range scalars
 // (width, state_len, activation, backend, threads, tiles, struct_size),
-// missing or short workspaces, and consistent but enormous broadcast inputs
+// seq_idx (runs, padding, ids past the rows, second runs), missing or short
+// workspaces, and consistent but enormous broadcast inputs
 // (2^40 sequences, whose scratch overflows).  Exactly two outcomes are
 // allowed for sc_forward / sc_backward on the CPU backend:
 //   * an error status with a message, and not one byte of any buffer changed;
@@ -48,7 +49,7 @@ using shortconv::load_f64;
 using shortconv::store_f64;
 
 constexpr uint8_t kSentinel = 0x5A;  // output bytes before a call
-constexpr int kTensors = 23;         // sc_conv_args tensor fields, in header order
+constexpr int kTensors = 24;         // sc_conv_args tensor fields, in header order
 
 // The tensor fields of sc_conv_args in header order, with their roles.
 struct Field {
@@ -73,6 +74,7 @@ const Field kFields[kTensors] = {
     {"dweight", &sc_conv_args::dweight, false, true},
     {"dbias", &sc_conv_args::dbias, false, true},
     {"dinitial_state", &sc_conv_args::dinitial_state, false, true},
+    {"seq_idx", &sc_conv_args::seq_idx, false, false},
     {"num_accepted", &sc_conv_args::num_accepted, false, false},
     {"parent_tokens", &sc_conv_args::parent_tokens, false, false},
     {"block_table", &sc_conv_args::block_table, false, false},
@@ -81,8 +83,8 @@ const Field kFields[kTensors] = {
     {"first_block", &sc_conv_args::first_block, false, false},
     {"computed_tokens", &sc_conv_args::computed_tokens, false, false},
 };
-enum FieldId { X, WEIGHT, BIAS, RES, CU, H0, H0I, Y, HT, HTI, DY, DHT, DX, DW, DB, DH0, ACC, PAR,
-               TBL, IBLK, FBLK, FSTB, CMPT };
+enum FieldId { X, WEIGHT, BIAS, RES, CU, H0, H0I, Y, HT, HTI, DY, DHT, DX, DW, DB, DH0, SID, ACC,
+               PAR, TBL, IBLK, FBLK, FSTB, CMPT };
 // 1-D index tensors (contiguous or stride 2) and the 2-D ones (row-major, padded rows).
 bool index_1d(int f) { return f == CU || f == H0I || f == HTI || f == ACC || f == IBLK ||
                               f == FBLK || f == FSTB || f == CMPT; }
@@ -108,9 +110,14 @@ int64_t extent_elems(const sc_tensor& t) {  // max element offset + 1, 0 when em
   const int nd = t.ndim < SC_MAX_DIMS ? t.ndim : SC_MAX_DIMS;
   for (int i = 0; i < nd; ++i)  // empty first: an empty tensor's other strides may be huge
     if (t.shape[i] <= 0) return 0;
-  int64_t e = 0;
-  for (int i = 0; i < nd; ++i) e += (t.shape[i] - 1) * t.stride[i];
-  return e + 1;
+  int64_t e = 0;  // saturates at INT64_MAX: a mutated view's strides may be enormous
+  for (int i = 0; i < nd; ++i) {
+    int64_t step = 0;
+    if (__builtin_mul_overflow(t.shape[i] - 1, t.stride[i], &step) ||
+        __builtin_add_overflow(e, step, &e))
+      return INT64_MAX;
+  }
+  return e < INT64_MAX ? e + 1 : e;
 }
 
 class Rng {
@@ -168,6 +175,34 @@ sc_tensor desc(sc_dtype dt, std::initializer_list<int64_t> shape) {
   int i = 0;
   for (int64_t v : shape) t.shape[i++] = v;
   return t;
+}
+
+// Sequence ids for the dense batch [B, T] of w (docs/semantics.md section 3):
+// runs of 1..5 tokens, padding runs, ids below the rows of every state tensor
+// (each reshaped to a pool [rows, D, S] by id; no state indices), each id in
+// one run when a final state or a state gradient is present.
+void draw_ids(Rng& r, World& w, int64_t B, int64_t T, int64_t D, sc_dtype Z, int Sv, sc_dtype I,
+              std::vector<int64_t>* ids) {
+  sc_conv_args& a = w.a;
+  const int64_t rows = r.uni(0, 4);
+  for (sc_tensor* t : {&a.initial_state, &a.final_state, &a.dfinal_state, &a.dinitial_state})
+    if (t->ndim) *t = desc(Z, {rows, D, Sv});
+  a.initial_state_indices.ndim = a.final_state_indices.ndim = 0;
+  const bool any_state = a.initial_state.ndim || a.final_state.ndim || a.dfinal_state.ndim ||
+                         a.dinitial_state.ndim;
+  const bool unique =
+      w.fwd ? a.final_state.ndim != 0 : a.dfinal_state.ndim || a.dinitial_state.ndim;
+  const int64_t limit = any_state ? rows : 1000;  // ids must name rows of every state tensor
+  int64_t next = 0;
+  ids->clear();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T;) {
+      int64_t id = -r.uni(1, 3);
+      if (!r.chance(0.25) && (unique ? next < limit : limit > 0))
+        id = unique ? next++ : r.uni(0, std::min<int64_t>(limit, 6) - 1);
+      for (int64_t k = r.uni(1, 5); k > 0 && t < T; --k, ++t) ids->push_back(id);
+    }
+  a.seq_idx = desc(I, {B, T});
 }
 
 // A random valid description (layouts and contents), before mutations.
@@ -295,6 +330,10 @@ void draw_valid(Rng& r, World& w) {
   if (spec && (a.initial_state.ndim || a.final_state.ndim || r.chance(0.1)))
     a.num_accepted = desc(I, {N});
   if (tree && M >= 0) a.parent_tokens = desc(I, {N, M});
+  // Sequence ids for some dense batches: the states become pools by id (rarely
+  // with serving steps, which refuse them).
+  std::vector<int64_t> sid;
+  if (!packed && r.chance(table || a.num_accepted.ndim || a.parent_tokens.ndim ? 0.03 : 0.3)) draw_ids(r, w, B, T, D, Z, Sv, I, &sid);
 
   // Layouts (inputs may broadcast), then arenas sized for any tensor.
   for (int f = 0; f < kTensors; ++f) {
@@ -307,6 +346,13 @@ void draw_valid(Rng& r, World& w) {
     if (index_2d(f)) {  // row-major, sometimes padded rows
       t.stride[1] = 1;
       t.stride[0] = std::max<int64_t>(t.shape[1], 1) + (r.chance(0.2) ? 1 : 0);
+      continue;
+    }
+    if (f == SID) {  // row- or column-major, sometimes padded; contents below
+      const bool cm = r.chance(0.3);
+      const int64_t pad = r.chance(0.2) ? 1 : 0;
+      t.stride[cm ? 0 : 1] = 1;
+      t.stride[cm ? 1 : 0] = (cm ? t.shape[0] : t.shape[1]) + pad;
       continue;
     }
     layout(r, t, !w.is_output(f));
@@ -325,7 +371,7 @@ void draw_valid(Rng& r, World& w) {
     w.home[f] = f;
     w.offset[f] = 0;
     t.data = base;
-    if (w.is_output(f) || index_1d(f) || index_2d(f)) continue;
+    if (w.is_output(f) || index_1d(f) || index_2d(f) || f == SID) continue;
     for (int64_t i = 0, n = extent_elems(t); i < n; ++i)
       store_f64(base, t.dtype, i,
                 draw_value(r, true, f != DY && f != DHT, sc_dtype(t.dtype)) *
@@ -367,10 +413,20 @@ void draw_valid(Rng& r, World& w) {
     fill_index(FSTB, fstb);
     fill_index(CMPT, cmpt);
   }
+  if (a.seq_idx.ndim) {
+    const sc_tensor& t = w.t(SID);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t off = b * t.stride[0] + i * t.stride[1], v = sid[size_t(b * T + i)];
+        if (t.dtype == SC_I32) reinterpret_cast<int32_t*>(t.data)[off] = int32_t(v);
+        else reinterpret_cast<int64_t*>(t.data)[off] = v;
+      }
+  }
   std::ostringstream os;
   os << (w.fwd ? "forward" : "backward") << " W=" << W << " S=" << S << " D=" << D
      << (packed ? " packed N=" : " dense B=") << (packed ? N : B) << " T=" << T << " dtypes "
-     << A << P << Z << " pool=" << pool << " in_place=" << in_place << " tiles "
+     << A << P << Z << " pool=" << pool << " in_place=" << in_place
+     << " seq_idx=" << (a.seq_idx.ndim != 0) << " tiles "
      << a.exec.tile_t << "x" << a.exec.tile_d << " threads " << a.exec.num_threads
      << (a.num_accepted.ndim ? " num_accepted" : "") << (a.parent_tokens.ndim ? " parent_tokens" : "")
      << (a.block_table.ndim ? " block_table" : "") << (a.block_size ? " block_size" : "");
@@ -411,7 +467,7 @@ void mutate(Rng& r, World& w) {
     if (w.t(f).ndim) present.push_back(f);
   const int f = present.empty() ? X : present[size_t(r.uni(0, int64_t(present.size()) - 1))];
   sc_tensor& t = w.t(f);
-  const int k = int(r.uni(0, 19));
+  const int k = int(r.uni(0, 20));
   const int dim = t.ndim > 0 ? int(r.uni(0, std::min(t.ndim, SC_MAX_DIMS) - 1)) : 0;
   std::ostringstream os;
   os << " | ";
@@ -473,6 +529,20 @@ void mutate(Rng& r, World& w) {
         break;
       }
       break;
+    case 19:  // a seq_idx entry: an id past the state rows, a second run, padding
+      if (a.seq_idx.ndim == 2 && a.seq_idx.data && w.home[SID] == SID &&
+          (a.seq_idx.dtype == SC_I32 || a.seq_idx.dtype == SC_I64) && a.seq_idx.shape[0] > 0 &&
+          a.seq_idx.shape[1] > 0 && a.seq_idx.shape[0] < 4096 && a.seq_idx.shape[1] < 4096 &&
+          a.seq_idx.stride[0] >= 0 && a.seq_idx.stride[1] >= 0 &&
+          extent_elems(a.seq_idx) <= int64_t(w.arena[SID].size()) / 8) {
+        const int64_t b = r.uni(0, a.seq_idx.shape[0] - 1), i = r.uni(0, a.seq_idx.shape[1] - 1);
+        const int64_t v = r.pick<int64_t>({-1, 0, 1, 1000, INT32_MAX});
+        const int64_t off = b * a.seq_idx.stride[0] + i * a.seq_idx.stride[1];
+        if (a.seq_idx.dtype == SC_I32) reinterpret_cast<int32_t*>(a.seq_idx.data)[off] = int32_t(v);
+        else reinterpret_cast<int64_t*>(a.seq_idx.data)[off] = v;
+        os << "seq_idx[" << b << ", " << i << "]=" << v;
+      }
+      break;
     case 11: a.width = int32_t(r.pick<int64_t>({0, -1, SC_MAX_WIDTH + 1, INT32_MAX, INT32_MIN})); os << "width=" << a.width; break;
     case 12: a.state_len = int32_t(r.pick<int64_t>({-2, INT32_MAX, INT32_MIN, 0})); os << "state_len=" << a.state_len; break;
     case 13: a.activation = int32_t(r.pick<int>({2, -1, 1000})); os << "activation=" << a.activation; break;
@@ -507,6 +577,7 @@ void mutate(Rng& r, World& w) {
         if (a.residual.ndim) big(a.residual, {N, 1, D});
         if (a.initial_state.ndim && !a.initial_state_indices.ndim) big(a.initial_state, {N, D, S});
         if (a.dfinal_state.ndim) big(a.dfinal_state, {N, D, S});
+        if (a.seq_idx.ndim) big(a.seq_idx, {N, 1});
         for (sc_tensor* o : {&a.y, &a.dx, &a.final_state, &a.dinitial_state}) o->ndim = 0;
         a.initial_state_indices.ndim = a.final_state_indices.ndim = 0;
         os << N << " broadcast sequences";

@@ -91,6 +91,35 @@ TEST_P(Grad, FiniteDifferencesFp64) {
   }
 }
 
+TEST_P(Grad, FiniteDifferencesSeqIdxFp64) {
+  // Sequence ids: runs of 1, 2 and 4 tokens, padding at a row's start, end and
+  // middle; every id occurs once (all final-state rows written), states by id.
+  for (int W : {1, 3, 4}) {
+    Case c;
+    c.W = W;
+    c.S = W;
+    c.act_dtype = c.param_dtype = c.state_dtype = SC_F64;
+    c.D = 2;
+    c.B = 2;
+    c.T = 7;
+    c.seq_idx = {-1, 0, 0, 0, 0, 1, -2, 2, 3, 3, -1, 4, 4, -1};
+    c.id_rows = 5;
+    c.seq_idx_cm = W == 3;
+    c.layout = W == 4 ? Layout::channel_major : Layout::token_major;
+    c.bias = c.residual = c.h0 = c.ht = c.dht = c.want_dh0 = true;
+    c.seed = 3100 + uint64_t(W);
+    const Inputs in = make_inputs(c);
+    const Outputs g = run(c, in, GetParam(), kBackward);
+    ASSERT_TRUE(g.ok()) << g.problems();
+    const double tol = 1e-6;  // the finite differences' own error (see FiniteDifferencesFp64)
+    EXPECT_LE(rel_err(g.dx, fd(c, in, &Inputs::x, GetParam())), tol) << "dx " << c.describe();
+    EXPECT_LE(rel_err(g.dweight, fd(c, in, &Inputs::weight, GetParam())), tol)
+        << "dweight " << c.describe();
+    EXPECT_LE(rel_err(g.dbias, fd(c, in, &Inputs::bias, GetParam())), tol) << "dbias " << c.describe();
+    EXPECT_LE(rel_err(g.dh0, fd(c, in, &Inputs::h0, GetParam())), tol) << "dh0 " << c.describe();
+  }
+}
+
 TEST_P(Grad, DeterministicAcrossRunsAndThreads) {
   std::mt19937_64 rng(3002);
   for (int trial = 0; trial < 4; ++trial) {

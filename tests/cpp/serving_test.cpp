@@ -70,6 +70,7 @@ TEST_P(Serving, ChainTreesAreLinearDrafts) {
   std::mt19937_64 rng(4001);
   Space sp;
   sp.serving = false;
+  sp.seq_ids = false;  // (serving steps take no seq_idx)
   sp.W_max = 10;
   int bad = 0;
   for (int i = 0; i < 60 && bad < 5; ++i) {

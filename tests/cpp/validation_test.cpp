@@ -28,6 +28,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "shortconv/shortconv.h"
@@ -212,6 +213,25 @@ void alias(sc_tensor& moved, const sc_tensor& host, int64_t elem_off = 0) {
   uint8_t* dst = static_cast<uint8_t*>(host.data) + elem_off * 4;
   std::memmove(dst, moved.data, bytes);
   moved.data = dst;
+}
+
+// The dense baseline described by sequence ids (docs/semantics.md section 3):
+// seq_idx [kB, kT] int32 (row 0: ids 0, 0, 1, 1 and padding; row 1: padding,
+// 2, 2, 3, 3), every state tensor a pool of kIdRows rows by id.
+constexpr int64_t kIdRows = 4;
+void use_ids(Case& c, std::initializer_list<int32_t> ids = {0, 0, 1, 1, -1, -2, 2, 2, 3, 3}) {
+  sc_tensor& t = c.a.seq_idx;
+  t = c.index<int32_t>("seq_idx", SC_I32, ids);
+  t.ndim = 2;
+  t.shape[0] = kB;
+  t.shape[1] = kT;
+  t.stride[0] = kT;
+  t.stride[1] = 1;
+  for (auto [field, name, out] : {std::tuple{&sc_conv_args::initial_state, "initial_state", false},
+                                  std::tuple{&sc_conv_args::final_state, "final_state", true},
+                                  std::tuple{&sc_conv_args::dfinal_state, "dfinal_state", false},
+                                  std::tuple{&sc_conv_args::dinitial_state, "dinitial_state", true}})
+    c.a.*field = c.make(name, SC_F32, {kIdRows, kD, kS}, out);
 }
 
 std::vector<Row> rows() {
@@ -739,6 +759,102 @@ std::vector<Row> rows() {
         reinterpret_cast<int32_t*>(c.ptr("final_state_indices"))[1] = 2;
       },
       {"initial_state_indices[0]", "final_state_indices"});
+  // ---- sequence ids (section 3) ----------------------------------------------------------
+  add("seq_idx with cu_seqlens", PACKED, BOTH,
+      [](Case& c) {
+        c.a.seq_idx = c.index<int32_t>("seq_idx", SC_I32, {0, 0, 0, 1, 1, 1, 1});
+        c.a.seq_idx.ndim = 2;
+        c.a.seq_idx.shape[0] = 1;
+        c.a.seq_idx.shape[1] = kTotal;
+        c.a.seq_idx.stride[0] = kTotal;
+        c.a.seq_idx.stride[1] = 1;
+      },
+      {"seq_idx", "cu_seqlens"});
+  add("seq_idx with a packed [total, D] x", PACKED, BOTH,
+      [](Case& c) {
+        c.a.cu_seqlens.ndim = c.a.initial_state_indices.ndim = c.a.final_state_indices.ndim = 0;
+        c.a.seq_idx = c.index<int32_t>("seq_idx", SC_I32, {0, 0, 0, 1, 1, 1, 1});
+      },
+      {"seq_idx", "x"});
+  add("seq_idx shape [B, T+1]", DENSE, BOTH,
+      [](Case& c) { use_ids(c); c.a.seq_idx.shape[1] = kT + 1; c.a.seq_idx.shape[0] = 1; },
+      {"seq_idx"});
+  add("seq_idx rank 1", DENSE, BOTH, [](Case& c) { use_ids(c); c.a.seq_idx.ndim = 1; },
+      {"seq_idx"});
+  add("seq_idx float dtype", DENSE, BOTH, [](Case& c) { use_ids(c); c.a.seq_idx.dtype = SC_F32; },
+      {"seq_idx"});
+  add("seq_idx negative stride", DENSE, BOTH,
+      [](Case& c) { use_ids(c); c.a.seq_idx.stride[1] = -1; }, {"seq_idx"});
+  add("seq_idx NULL", DENSE, BOTH, [](Case& c) { use_ids(c); c.a.seq_idx.data = nullptr; },
+      {"seq_idx"});
+  add("seq_idx with initial_state_indices", DENSE, BOTH,
+      [](Case& c) {
+        use_ids(c);
+        c.a.initial_state_indices = c.index<int32_t>("isi", SC_I32, {0, 1});
+      },
+      {"initial_state_indices", "seq_idx"});
+  add("seq_idx with final_state_indices", DENSE, FWD,
+      [](Case& c) {
+        use_ids(c);
+        c.a.final_state_indices = c.index<int32_t>("fsi", SC_I32, {0, 1});
+      },
+      {"final_state_indices", "seq_idx"});
+  add("seq_idx with has_initial_state", DENSE, BOTH,
+      [](Case& c) {
+        use_ids(c);
+        c.a.has_initial_state = c.index<int32_t>("flags", SC_I32, {1, 0});
+      },
+      {"has_initial_state", "seq_idx"});
+  add("seq_idx with ring_offsets", DENSE, BOTH,
+      [](Case& c) {
+        use_ids(c);
+        c.a.ring_offsets = c.index<int32_t>("rings", SC_I32, {0, 1});
+      },
+      {"ring_offsets", "seq_idx"});
+  add("seq_idx state of another D", DENSE, BOTH,
+      [](Case& c) { use_ids(c); c.a.initial_state.shape[1] = kD + 1; }, {"initial_state"});
+  add("seq_idx dinitial_state rows differ from initial_state's", DENSE, BWD,
+      [](Case& c) { use_ids(c); c.a.dinitial_state.shape[0] = kIdRows - 1; }, {"dinitial_state"});
+  add("seq_idx id past initial_state rows", DENSE, BOTH,
+      [](Case& c) { use_ids(c, {0, 0, 1, 1, -1, -2, 2, 2, 4, 4}); },
+      {"seq_idx", "initial_state"});
+  add("seq_idx id past final_state rows", DENSE, FWD,
+      [](Case& c) { use_ids(c); c.a.final_state.shape[0] = 3; }, {"seq_idx", "final_state"});
+  add("seq_idx id past dfinal_state rows", DENSE, BWD,
+      [](Case& c) { use_ids(c); c.a.dfinal_state.shape[0] = 2; }, {"seq_idx", "dfinal_state"});
+  add("seq_idx id in two runs with final_state", DENSE, FWD,
+      [](Case& c) { use_ids(c, {0, 0, 1, 1, -1, -2, 2, 2, 0, 0}); }, {"seq_idx", "final_state"});
+  add("seq_idx id in two runs of a row with dinitial_state", DENSE, BWD,
+      [](Case& c) {
+        use_ids(c, {0, 1, 0, 2, 2, 3, 3, 3, 3, 3});
+        c.a.dfinal_state.ndim = 0;
+      },
+      {"seq_idx", "dinitial_state"});
+  add("seq_idx broadcast rows with final_state", DENSE, FWD,
+      [](Case& c) { use_ids(c); c.a.seq_idx.stride[0] = 0; }, {"seq_idx", "final_state"});
+  add("y over seq_idx", DENSE, FWD, [](Case& c) { use_ids(c); alias(c.a.seq_idx, c.a.y); },
+      {"y", "seq_idx"});
+  add("dx over seq_idx", DENSE, BWD, [](Case& c) { use_ids(c); alias(c.a.seq_idx, c.a.dx); },
+      {"dx", "seq_idx"});
+  add("seq_idx with num_accepted", DENSE, FWD,
+      [](Case& c) { use_ids(c); c.a.num_accepted = c.index<int32_t>("num_accepted", SC_I32, {1, 1}); },
+      {"num_accepted", "seq_idx"});
+  add("seq_idx with parent_tokens", DENSE, FWD,
+      [](Case& c) {
+        use_ids(c);
+        c.a.parent_tokens = c.index<int32_t>("parent_tokens", SC_I32, {-1, 0, 1, 2, 3, -1, 0, 1, 2, 3});
+        c.a.parent_tokens = shortconv::tensor(c.a.parent_tokens.data, SC_I32, {kB, kT});
+      },
+      {"parent_tokens", "seq_idx"});
+  add("seq_idx with block_table", DENSE, FWD,
+      [](Case& c) {
+        use_ids(c);
+        c.a.block_table = c.index<int32_t>("block_table", SC_I32, {0, 1});
+        c.a.block_table = shortconv::tensor(c.a.block_table.data, SC_I32, {kB, 1});
+        c.a.initial_block = c.index<int32_t>("initial_block", SC_I32, {0, 0});
+        c.a.final_block = c.index<int32_t>("final_block", SC_I32, {0, 0});
+      },
+      {"block_table", "seq_idx"});
 
   // ---- outputs overlapping inputs or each other ---------------------------------------
   add("y over x", DENSE, FWD, [](Case& c) { alias(c.a.x, c.a.y); }, {"y", "x"});
@@ -1478,6 +1594,38 @@ TEST(ValidEdges, PrefixCaching) {
     // in place: sequence 2 starts from row 9 (its block 1) and snapshots into it
     a.final_state = a.initial_state;
     run_ok(a, true);
+  }
+}
+
+// Sequence ids: an id in two runs while states are only read, broadcast ids
+// (one run per row), all padding, ids past the rows without state tensors.
+TEST(ValidEdges, SequenceIds) {
+  for (sc_backend be : kBackends) {
+    auto c = baseline(DENSE, be);
+    sc_conv_args& a = c->a;
+    use_ids(*c, {0, 0, 1, 1, -1, -2, 1, 1, 0, 0});
+    a.final_state.ndim = a.dfinal_state.ndim = a.dinitial_state.ndim = 0;
+    run_ok(a, true);
+    run_ok(a, false);
+    use_ids(*c, {3, 3, 3, 3, 3, 2, 2, 2, 2, 2});
+    a.seq_idx.stride[1] = 0;  // row b is one run of id seq_idx[b, 0]
+    run_ok(a, true);
+    run_ok(a, false);
+    use_ids(*c, {-1, -1, -3, -3, -3, -9, -9, -9, -9, -9});  // all padding: y = 0, nothing else
+    run_ok(a, true);
+    const float* y = reinterpret_cast<const float*>(c->ptr("y"));
+    for (int64_t i = 0; i < kB * kT * kD; ++i) EXPECT_EQ(y[i], 0.0f);
+    EXPECT_TRUE(untouched(*c, "final_state"));
+    run_ok(a, false);
+    for (int64_t i = 0; i < kIdRows * kD * kS; ++i)
+      EXPECT_EQ(reinterpret_cast<float*>(c->ptr("dinitial_state"))[i], 0.0f);
+    auto d = baseline(DENSE, be);
+    use_ids(*d, {7, 7, 9, 9, -1, 100, 100, 100, 5, 5});  // no state tensors: any ids
+    for (sc_tensor* t : {&d->a.initial_state, &d->a.final_state, &d->a.dfinal_state,
+                         &d->a.dinitial_state})
+      t->ndim = 0;
+    run_ok(d->a, true);
+    run_ok(d->a, false);
   }
 }
 

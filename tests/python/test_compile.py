@@ -102,6 +102,37 @@ def test_compile_fullgraph_matches_eager(packed):
         assert torch.equal(a, b)
 
 
+def _loss_ids(x, w, b, r, h0, seq_idx):
+    y, ht = shortconv.causal_conv1d(x, w, b, r, initial_state=h0, output_final_state=True,
+                                    activation="silu", seq_idx=seq_idx)
+    return (y * y).sum() + (ht * ht.detach().sign()).sum()
+
+
+def test_compile_fullgraph_seq_idx():
+    """seq_idx (with states: rows by id) through the custom ops, no graph break; the op's
+    schema takes it (opcheck), and gradients equal eager ones bitwise."""
+    torch._dynamo.reset()
+    torch.manual_seed(75)
+    B, T, D, W = 2, 7, 4, 3
+    seq_idx = torch.tensor([[0, 0, -1, 1, 1, 1, 1], [-1, -1, 2, 2, 3, 4, 4]], dtype=torch.int32)
+    x, r = torch.randn(B, T, D, requires_grad=True), torch.randn(B, T, D, requires_grad=True)
+    w, b = torch.randn(D, W, requires_grad=True), torch.randn(D, requires_grad=True)
+    h0 = torch.randn(6, D, W, requires_grad=True)
+    args = [x, w, b, r, h0]
+    compiled = torch.compile(_loss_ids, fullgraph=True, backend="aot_eager")
+    lc, le = compiled(*args, seq_idx), _loss_ids(*args, seq_idx)
+    assert torch.equal(lc, le)
+    for a, e in zip(torch.autograd.grad(lc, args), torch.autograd.grad(le, args)):
+        assert torch.equal(a, e)
+    if hasattr(torch.library, "opcheck"):
+        d = [t.detach() for t in args]
+        torch.library.opcheck(torch.ops.shortconv.causal_conv1d_fwd.default,
+                              (d[0], d[1], d[2], d[3], d[4], None, 3, 1, True, seq_idx, 6))
+        torch.library.opcheck(torch.ops.shortconv.causal_conv1d_bwd.default,
+                              (d[0], d[1], d[2], d[4], None, torch.randn(B, T, D),
+                               torch.randn(6, D, 3), 3, 1, True, True, True, True, seq_idx))
+
+
 def test_compile_dynamic_shapes():
     torch._dynamo.reset()
     compiled = torch.compile(_loss, fullgraph=True, backend="aot_eager", dynamic=True)

@@ -168,6 +168,60 @@ def test_cuda_graph_forward_backward_replay(packed):
             assert torch.equal(a, b), "replay must equal eager (trial %d)" % trial
 
 
+def test_seq_idx_graph_replay_and_clamped_ids():
+    """seq_idx on the device: captured in a CUDA graph (no host synchronisation) with states
+    by id, replay equals eager and the CPU within tolerance; an id past initial_state's rows
+    reads a zero state and writes no row (docs/semantics.md section 3)."""
+    B, T, D, W, P = 2, 41, 72, 4, 9
+    gen = torch.Generator().manual_seed(90)
+    ids = torch.tensor([[-1] * 3 + [0] * 20 + [1] + [-2] * 2 + [2] * 15,
+                        [3] * 2 + [4] * 30 + [-1] + [5] * 8], dtype=torch.int32)
+    cpu = dict(x=torch.randn(B, T, D, generator=gen), w=torch.randn(D, W, generator=gen),
+               b=torch.randn(D, generator=gen), h0=torch.randn(P, D, W, generator=gen))
+    q = {k: v.cuda().requires_grad_() for k, v in cpu.items()}
+    sid = ids.cuda()
+    dy = torch.randn(B, T, D, device="cuda")
+    dht = torch.randn(P, D, W, device="cuda")
+    leaves = [q["x"], q["w"], q["b"], q["h0"]]
+
+    def fn():
+        y, ht = shortconv.causal_conv1d(q["x"], q["w"], q["b"], initial_state=q["h0"],
+                                        output_final_state=True, activation="silu",
+                                        seq_idx=sid)
+        return (y, ht) + torch.autograd.grad([y, ht], leaves, [dy, dht])
+
+    _warmup(fn)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_out = fn()
+    g.replay()
+    torch.cuda.synchronize()
+    eager = fn()
+    for a, b in zip(static_out, eager):
+        assert torch.equal(a, b)
+    c = {k: v.clone().requires_grad_() for k, v in cpu.items()}
+    yc, htc = shortconv.causal_conv1d(c["x"], c["w"], c["b"], initial_state=c["h0"],
+                                      output_final_state=True, activation="silu", seq_idx=ids)
+    ref = (yc, htc) + torch.autograd.grad([yc, htc], [c["x"], c["w"], c["b"], c["h0"]],
+                                          [dy.cpu(), dht.cpu()])
+    for a, r, what in zip(eager, ref, ["y", "final_state", "dx", "dweight", "dbias", "dh0"]):
+        assert_close(a, r, torch.float32, what=what)
+    # ids 7 and 8 are rows of a 9-row pool; with a 6-row initial_state they are past its
+    # rows on the device: zero initial state, and no final-state row (final_state has 6)
+    far = torch.tensor([[7] * 10 + [8] * 31, [-1] * 41], dtype=torch.int32)
+    h6 = q["h0"].detach()[:6]
+    y_far, ht_far = shortconv.causal_conv1d(q["x"].detach(), q["w"].detach(), q["b"].detach(),
+                                            initial_state=h6, output_final_state=True,
+                                            activation="silu", seq_idx=far.cuda())
+    zero = torch.zeros(2, D, W, device="cuda")
+    y_zero, _ = shortconv.causal_conv1d(q["x"].detach(), q["w"].detach(), q["b"].detach(),
+                                        initial_state=zero, activation="silu",
+                                        seq_idx=torch.tensor([[0] * 10 + [1] * 31, [-1] * 41],
+                                                             dtype=torch.int32).cuda())
+    assert torch.equal(y_far, y_zero)
+    assert torch.equal(ht_far, torch.zeros_like(ht_far))  # (zero-filled rows, none written)
+
+
 def test_cuda_graph_decode_replay():
     D, W, P = 64, 4, 6
     g0 = torch.Generator().manual_seed(86)

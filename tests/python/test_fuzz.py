@@ -119,7 +119,7 @@ FWD_DEFECTS = [
     "state_len:float", "state_len:str", "state_len:bool", "activation:relu",
     "output_final_state:str", "x:int_dtype", "weight:shape", "bias:dtype", "residual:shape",
     "initial_state:batch", "cu_seqlens:order", "cu_seqlens:end", "cu_seqlens:dtype",
-    "weight:sparse", "x:meta",
+    "weight:sparse", "x:meta", "seq_idx:float", "seq_idx:shape", "seq_idx:past_rows",
 ]
 
 
@@ -127,6 +127,24 @@ def apply_fwd_defect(defect, kw, W, packed):
     """Corrupt one argument of a valid call: (exception, name the message must contain)."""
     arg, kind = defect.split(":")
     value = kw.get(arg)
+    sid = kw.get("seq_idx")
+    if arg == "seq_idx":
+        if sid is None or (kind == "past_rows" and kw.get("initial_state") is None):
+            return None
+        if kind == "float":
+            kw["seq_idx"] = sid.float()
+            return TypeError, "seq_idx"
+        if kind == "shape":
+            kw["seq_idx"] = sid[:, :-1] if sid.shape[1] else sid.new_zeros(sid.shape[0], 1)
+            return ValueError, "seq_idx"
+        if not sid.numel():
+            return None
+        sid = sid.clone()
+        sid.view(-1)[-1] = kw["initial_state"].shape[0]  # one past the rows
+        kw["seq_idx"] = sid
+        return ValueError, "seq_idx"
+    if defect == "initial_state:batch" and sid is not None:
+        return None  # (rows by id: any row count is valid)
     if kind in ("list", "tuple", "numpy"):
         if value is None:
             return None
@@ -199,6 +217,45 @@ def ref_forward(x, w, b, r, h0, cu, S, activation, D):
     return causal_conv1d_ref(*c, True, activation, cu, S)
 
 
+def draw_seq_idx(d, B, T, rows, unique):
+    """seq_idx [B, T]: runs of 1..4 tokens, padding runs, ids < rows (each once if unique)."""
+    ids, nxt = [], 0
+    for _ in range(B):
+        row = []
+        while len(row) < T:
+            pad = d(st.booleans(), label="padding run") or rows == 0 or (unique and nxt >= rows)
+            i = -d(st.integers(1, 2)) if pad else nxt if unique else d(st.integers(0, rows - 1))
+            nxt += not pad and unique
+            row += [i] * d(st.integers(1, 4), label="run length")
+        ids.append(row[:T])
+    return torch.tensor(ids, dtype=d(st.sampled_from([torch.int32, torch.int64])),
+                        ).reshape(B, T)
+
+
+def ref_seq_idx(x, w, b, r, h0, seq_idx, S, activation, D, rows):
+    """The reference of sequence ids: each run alone (row i of the states = id i), padding 0."""
+    y = x.new_zeros(x.shape)
+    finals = x.new_zeros(rows, D, S) if h0 is None else h0.new_zeros(rows, D, S)
+    if D == 0:
+        return y, finals
+    for bi, row in enumerate(seq_idx.tolist()):
+        s = 0
+        for t in range(1, len(row) + 1):
+            if t < len(row) and row[t] == row[s]:
+                continue
+            i = row[s]
+            if i >= 0:
+                yr, hr = causal_conv1d_ref(x[bi:bi + 1, s:t].contiguous(), w.contiguous(),
+                                           None if b is None else b.contiguous(),
+                                           None if r is None else r[bi:bi + 1, s:t].contiguous(),
+                                           None if h0 is None else h0[i:i + 1].contiguous(),
+                                           True, activation, None, S)
+                y = y.index_put((torch.tensor([bi]), torch.arange(s, t)), yr[0])
+                finals = finals.index_put((torch.tensor([i]),), hr.to(finals.dtype))
+            s = t
+    return y, finals
+
+
 @FUZZ
 @given(st.data())
 def test_fuzz_causal_conv1d(data):
@@ -218,6 +275,9 @@ def test_fuzz_causal_conv1d(data):
     else:
         B, T = d(st.integers(0, 3), label="B"), d(st.integers(0, 7), label="T")
         N, xshape, cu = B, (B, T, D), None
+    ids = not packed and d(st.booleans(), label="seq_idx")
+    if ids:  # states are pools by id: rows of their own
+        N = d(st.integers(0, 4), label="id rows")
     S = d(st.sampled_from([W - 1, W, W + 2] if W > 1 else [W, W + 2]), label="S")
     mag = magnitude(d(st.sampled_from(["one", "one", "tiny", "huge"]), label="scale"),
                     xdt, wdt, sdt)
@@ -239,6 +299,13 @@ def test_fuzz_causal_conv1d(data):
             a.leaf.requires_grad_()
     kw = {k: a.value() for k, a in args.items()}
     kw.update(cu_seqlens=cu, state_len=S_arg, activation=act, output_final_state=want_ht)
+    sid = None
+    if ids:  # one run per id with final states or a state gradient (docs/semantics.md §3)
+        unique = want_ht or (grad and "initial_state" in args)
+        sid = kw["seq_idx"] = draw_seq_idx(d, B, T, N if "initial_state" in args else 5, unique)
+        event("seq_idx")
+        if "initial_state" not in args:  # final_state rows: max id + 1
+            N = int(sid.max()) + 1 if sid.numel() and int(sid.max()) >= 0 else 0
 
     defect = d(st.sampled_from([None] * len(FWD_DEFECTS) + FWD_DEFECTS), label="defect")
     expected = apply_fwd_defect(defect, kw, W, packed) if defect else None
@@ -252,8 +319,13 @@ def test_fuzz_causal_conv1d(data):
     assert_unchanged(kw, before)
     assert (ht is not None) == want_ht
     ref_in = {k: a.reference() for k, a in args.items()}
-    yr, htr = ref_forward(ref_in["x"], ref_in["weight"], ref_in.get("bias"),
-                          ref_in.get("residual"), ref_in.get("initial_state"), cu, S, act, D)
+    if sid is not None:
+        yr, htr = ref_seq_idx(ref_in["x"], ref_in["weight"], ref_in.get("bias"),
+                              ref_in.get("residual"), ref_in.get("initial_state"), sid, S, act,
+                              D, N)
+    else:
+        yr, htr = ref_forward(ref_in["x"], ref_in["weight"], ref_in.get("bias"),
+                              ref_in.get("residual"), ref_in.get("initial_state"), cu, S, act, D)
     check_close(y, yr, xdt, "y", xdt)
     if want_ht:  # a copy of h0 ++ x entries, rounded once to the state dtype
         assert ht.shape == (N, D, S) and ht.dtype == (sdt if "initial_state" in args else xdt)
@@ -370,6 +442,24 @@ def test_fuzz_causal_conv1d_update(data):
 def apply_update_defect(defect, kw, P):
     arg, kind = defect.split(":")
     value = kw.get(arg)
+    sid = kw.get("seq_idx")
+    if arg == "seq_idx":
+        if sid is None or (kind == "past_rows" and kw.get("initial_state") is None):
+            return None
+        if kind == "float":
+            kw["seq_idx"] = sid.float()
+            return TypeError, "seq_idx"
+        if kind == "shape":
+            kw["seq_idx"] = sid[:, :-1] if sid.shape[1] else sid.new_zeros(sid.shape[0], 1)
+            return ValueError, "seq_idx"
+        if not sid.numel():
+            return None
+        sid = sid.clone()
+        sid.view(-1)[-1] = kw["initial_state"].shape[0]  # one past the rows
+        kw["seq_idx"] = sid
+        return ValueError, "seq_idx"
+    if defect == "initial_state:batch" and sid is not None:
+        return None  # (rows by id: any row count is valid)
     if kind in ("list", "tuple", "numpy"):
         if value is None:
             return None

@@ -1,14 +1,14 @@
 """seq_idx (sequence ids per token) against a loop over its runs, one sequence at a time.
 
-Forward, final states (row = sequence id), and gradients of x, weight, bias and
-initial_state; padding tokens (negative ids) give 0 and feed nothing.
+Forward, final states (row = sequence id), and gradients of x, weight, bias, residual and
+initial_state; padding tokens (negative ids) give 0 and feed nothing.  The library takes
+seq_idx itself (docs/semantics.md section 3); the double backward and torch.compile pass it
+through.
 """
 import pytest
 import torch
 
 import shortconv
-from shortconv import _seq_idx
-
 from helpers import HAS_CUDA
 
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
@@ -57,13 +57,6 @@ def _ids(B, T, gen, pad=True):
     return torch.tensor(rows, dtype=torch.int64)
 
 
-def test_offsets_are_the_runs():
-    ids = torch.tensor([[0, 0, 1, 1, 1, -1], [1, 2, 2, 2, 3, 3]])
-    cu = _seq_idx.offsets(ids, torch.int64)
-    assert cu.tolist()[:8] == [0, 2, 5, 6, 7, 10, 12, 12]
-    assert cu.tolist()[8:] == [12] * 5 and cu.numel() == 13
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("W,S", [(1, 0), (3, 2), (4, 5)])
 @pytest.mark.parametrize("with_states", [False, True])
@@ -108,7 +101,49 @@ def test_seq_idx_bad_input():
     with pytest.raises(ValueError, match="seq_idx"):
         shortconv.causal_conv1d(x, w, seq_idx=torch.zeros(2, 6, dtype=torch.int32),
                                 cu_seqlens=torch.tensor([0, 12]))
-    # an id past the initial_state rows is an error, not another row's state
-    with pytest.raises(RuntimeError):
+    # an id past the initial_state rows is an error (the library's, naming seq_idx), not
+    # another row's state
+    with pytest.raises(ValueError, match="seq_idx"):
         shortconv.causal_conv1d(x, w, initial_state=torch.zeros(1, 3, 3),
                                 seq_idx=torch.ones(2, 6, dtype=torch.int32))
+    # with final states each id is one run
+    with pytest.raises(ValueError, match="second run"):
+        shortconv.causal_conv1d(x, w, output_final_state=True,
+                                seq_idx=torch.tensor([[0, 0, 1, 1, 0, 0]] * 2, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_residual_gradient_is_zero_on_padding(device):
+    gen = torch.Generator().manual_seed(7)
+    B, T, D, W = 2, 9, 4, 3
+    seq_idx = torch.tensor([[-1, 0, 0, 0, -1, 1, 1, -2, -2], [2, 2, 2, 2, 3, -1, 4, 4, 4]])
+    x = torch.randn(B, T, D, generator=gen, dtype=torch.float64).to(device)
+    r = torch.randn(B, T, D, generator=gen, dtype=torch.float64).to(device).requires_grad_()
+    w = torch.randn(D, W, generator=gen, dtype=torch.float64).to(device)
+    y, _ = shortconv.causal_conv1d(x, w, residual=r, activation="silu", seq_idx=seq_idx.to(device))
+    pad = (seq_idx < 0).to(device)
+    assert torch.all(y[pad] == 0)
+    gy = torch.randn(y.shape, generator=gen, dtype=torch.float64).to(device)
+    (g,) = torch.autograd.grad((y * gy).sum(), [r])
+    torch.testing.assert_close(g, torch.where(pad.unsqueeze(-1), torch.zeros_like(gy), gy),
+                               rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_double_backward_with_seq_idx(device):
+    """gradgradcheck through the library's backward with seq_idx (padding and states)."""
+    gen = torch.Generator().manual_seed(11)
+    B, T, D, W, S = 2, 7, 2, 3, 3
+    seq_idx = torch.tensor([[0, 0, -1, 1, 1, 1, -1], [-1, 2, 2, 3, 4, 4, 4]]).to(device)
+    f64 = dict(dtype=torch.float64)
+    x = torch.randn(B, T, D, generator=gen, **f64).to(device).requires_grad_()
+    w = torch.randn(D, W, generator=gen, **f64).to(device).requires_grad_()
+    b = torch.randn(D, generator=gen, **f64).to(device).requires_grad_()
+    h0 = torch.randn(5, D, S, generator=gen, **f64).to(device).requires_grad_()
+
+    def fn(x, w, b, h0):
+        y, f = shortconv.causal_conv1d(x, w, b, initial_state=h0, output_final_state=True,
+                                       activation="silu", seq_idx=seq_idx)
+        return y, f
+
+    torch.autograd.gradgradcheck(fn, (x, w, b, h0), nondet_tol=0, atol=1e-6, rtol=1e-5)
