@@ -87,7 +87,8 @@ if [ -n "$BASE_PID" ]; then
   stage base_bench bash -c "'$B-base/bin/shortconv' bench --backend cuda --json ${GPU_BENCH_ARGS:-} > '$LOG/bench_base.json'"
 fi
 # The PyTorch package on the device's torch: its tests (CUDA streams, graphs,
-# inductor) and the PyTorch-API bench against plain F.conv1d.
+# inductor) and the PyTorch-API bench against plain F.conv1d, beside the CLI's
+# figures of this run (bench.json) and with the package's host overhead.
 PY=${PYTHON:-python3}
 if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
   # bounded: the suite runs every test on both devices, torch.compile ones included
@@ -95,7 +96,8 @@ if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
     timeout "${GPU_PYTEST_SECONDS:-300}" "$PY" -m pytest -q -p no:cacheprovider --durations=15 \
     ${GPU_PYTEST_PATHS:-$ROOT/tests/python} ${GPU_PYTEST_ARGS:-}
   stage pybench env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
-    "$PY" -m shortconv.bench --device cuda --budget ${GPU_PYBENCH_BUDGET:-0.3}
+    "$PY" -m shortconv.bench --device cuda --budget ${GPU_PYBENCH_BUDGET:-0.3} \
+    $([ -s "$LOG/bench.json" ] && echo --cli-json "$LOG/bench.json")
   # the decode section through the PyTorch API: eager vs one torch op, graph replays
   stage pydecode env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     "$PY" -m shortconv.bench --device cuda --decode --budget ${GPU_PYBENCH_BUDGET:-0.3}
@@ -110,7 +112,7 @@ grep -hE '^\[  FAILED  \]' "$LOG/tests.log" 2>/dev/null | head -20
 grep -h -A12 'Failure' "$LOG/tests.log" 2>/dev/null | cut -c1-400 | head -60
 grep -hE 'ERROR SUMMARY|Race reports|RACECHECK SUMMARY' "$LOG/memcheck.log" "$LOG/racecheck.log" 2>/dev/null
 tail -n 1 "$LOG/pytest.log" 2>/dev/null
-[ -s "$LOG/pybench.log" ] && tail -n 12 "$LOG/pybench.log"
+[ -s "$LOG/pybench.log" ] && tail -n 22 "$LOG/pybench.log"
 [ -s "$LOG/pydecode.log" ] && tail -n 34 "$LOG/pydecode.log"
 if [ -s "$LOG/bench.json" ]; then
   python3 - "$LOG/bench.json" "$LOG/bench_base.json" <<'EOF'

@@ -12,8 +12,13 @@ sc_conv_args is not built field by field through ctypes attributes: each call
 copies a pre-initialised byte template (sc_conv_args_init's output) into one
 fresh ctypes buffer and writes each present tensor description with a single
 precompiled struct.pack_into at the field's offset.  The buffer also holds the
-size_t the workspace query writes and the sc_error message, so a call makes
-exactly one allocation of its own and shares nothing with other threads.
+size_t the workspace query writes and the sc_error message, so a call shares
+nothing with other threads.  Two more savings:
+  - the workspace size of a call signature (shapes, dtypes, which tensors are
+    present, scalars) is remembered, so a repeated signature makes one C call
+    (the run, which checks the size again) instead of two;
+  - a backward starts from a snapshot of its forward's buffer (x, weight, bias,
+    cu_seqlens, initial_state already described) instead of describing them again.
 
 Layout of the per-call buffer:
   [0, ARGS_SIZE)                 sc_conv_args
@@ -25,9 +30,10 @@ import ctypes
 import os
 import re
 import struct
-import threading
 
 import torch
+
+from ._layout import contiguous_strides, like_contiguous
 
 __all__ = ["ShortConvError", "library_path", "version", "has_backend"]
 
@@ -275,54 +281,39 @@ else:  # pragma: no cover - very old torch
         return torch.cuda.current_stream(index).cuda_stream
 
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+_empty = torch.empty
+_zeros = torch.zeros
+_empty_like = torch.empty_like
+_Storage = torch.UntypedStorage
 
 
-# Host backends' forward scratch, per thread (a workspace serves one call at a time):
-# (address, bytes, buffer), grown to what the library asks for, up to _SCRATCH_MAX.
-_SCRATCH_MAX = 64 << 20
-_scratch = threading.local()
-
-
-def _host_scratch():
-    s = getattr(_scratch, "buf", None)
-    return s if s is not None else (0, 0, None)
-
-
-def _grow_host_scratch(call):
-    """After SC_ERR_WORKSPACE on a host call: size it (the query) and keep a buffer that
-    large for this thread; False when the size is beyond _SCRATCH_MAX."""
-    base = call.base
-    status = _sc_forward_ws(base, base + WS_OFF, base + ERR_OFF)
-    if status:
-        call._raise(status)
-    nbytes = _SIZE_UNPACK(call.buf, WS_OFF)[0]
-    if nbytes > _SCRATCH_MAX or nbytes <= _host_scratch()[1]:
-        return False
-    buf = (ctypes.c_char * nbytes)()
-    _scratch.buf = (ctypes.addressof(buf), nbytes, buf)
-    return True
+# Workspace bytes by call signature (Call._run_here): a workspace query is a full validation
+# in C, as long again as the run's own, so a signature seen before skips it.  Bounded: cleared
+# when full (a stream of new shapes costs what it cost without the cache).
+_WS_BYTES = {}
+_WS_BYTES_MAX = 4096
 
 
 class Call:
     """One sc_conv_args being filled for a call on x's device.
 
-    set*() write tensor descriptions; run_forward()/run_backward() query the
-    workspace, allocate it through torch (the caching allocator; inside a
-    CUDA-graph capture it comes from the graph's pool) and run.  Errors are
-    raised with ``where`` (the public function's name) in front of the
-    library's message, with argument names translated through ``rename``.
+    set() describes an input (its own shape and strides), out_*() allocate an
+    output and describe it, run_forward()/run_backward() allocate the workspace
+    through torch (the caching allocator; inside a CUDA-graph capture it comes
+    from the graph's pool) and run.  Errors are raised with ``where`` (the public
+    function's name) in front of the library's message, with argument names
+    translated through ``rename``.
 
     CUDA: exec.stream is torch's current stream on x's device, and the call
     runs with x's device current (kernels cannot be launched on another
     device's stream).
     """
 
-    __slots__ = ("buf", "base", "device", "cuda_index", "where", "rename", "keep")
+    __slots__ = ("buf", "base", "device", "cuda_index", "where", "rename", "keep", "sig")
 
     def __init__(self, where, x, width, state_len, activation, rename=None):
         self.buf = buf = _Buf.from_buffer_copy(_TEMPLATE)
         self.base = ctypes.addressof(buf)
-        self.device = x.device
         self.where = where
         self.rename = rename
         self.keep = None
@@ -330,15 +321,46 @@ class Call:
             _SCALARS_PACK(buf, _SCALARS_OFF, width, state_len, activation)
         except struct.error:
             raise int32_error(where, width, state_len, activation) from None
+        self.sig = [width, state_len, activation]  # what the workspace size depends on
+        self._exec(x)
+
+    @classmethod
+    def resume(cls, where, snapshot):
+        """A Call holding a snapshot()'s descriptions (a backward after its forward), with
+        the execution fields of now (torch's current stream, thread count)."""
+        self = cls.__new__(cls)
+        buf_bytes, sig, self.device, index = snapshot
+        self.buf = buf = _Buf.from_buffer_copy(buf_bytes)
+        self.base = ctypes.addressof(buf)
+        self.where = where
+        self.rename = None
+        self.keep = None
+        self.sig = list(sig)
+        self.cuda_index = index
+        if index >= 0:
+            _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CUDA, 0, 0, 0, _raw_stream(index))
+        else:
+            _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CPU, torch.get_num_threads(), 0, 0, 0)
+        return self
+
+    def snapshot(self):
+        """The descriptions so far, for Call.resume; None when an input was resolved into a
+        copy (that copy is not kept alive until a backward)."""
+        if self.keep is not None:
+            return None
+        return bytes(self.buf), tuple(self.sig), self.device, self.cuda_index
+
+    def _exec(self, x):
+        self.device = x.device
         if x.is_cuda:
             self.cuda_index = index = x.get_device()
-            _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CUDA, 0, 0, 0, _raw_stream(index))
-        elif x.device.type == "cpu":
+            _EXEC_PACK(self.buf, _EXEC_OFF, SC_BACKEND_CUDA, 0, 0, 0, _raw_stream(index))
+        elif x.is_cpu:
             self.cuda_index = -1
-            _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CPU, torch.get_num_threads(), 0, 0, 0)
+            _EXEC_PACK(self.buf, _EXEC_OFF, SC_BACKEND_CPU, torch.get_num_threads(), 0, 0, 0)
         else:
             raise ValueError("%s: x is on device %s; shortconv runs on cpu and cuda tensors"
-                             % (where, x.device))
+                             % (self.where, x.device))
 
     def name(self, field):
         if self.rename:
@@ -347,15 +369,18 @@ class Call:
 
     def set(self, field, t, codes=FLOAT_CODES, output=False):
         """Describe tensor ``t`` (present) in ``field``: its own shape and strides.
+        Returns (shape, strides, data pointer); strides None when ``t`` was resolved into a
+        copy (out_like*() then read the new tensor's strides).
 
         ``output``: the library writes ``t`` (the decode cache), so its memory
         must hold exactly its values (no lazily negated view to resolve).
-        Returns the tensor described (a resolved copy for a lazy view).
         """
         tt = type(t)
-        if (tt is not _TorchTensor and tt is not _Parameter) or t.is_neg():
+        resolved = (tt is not _TorchTensor and tt is not _Parameter) or t.is_neg()
+        if resolved:
             t = self._resolve(field, t, output)
-        if t.device != self.device:
+        if (not t.is_cpu if self.cuda_index < 0
+                else not t.is_cuda or t.get_device() != self.cuda_index):
             raise ValueError("%s: %s is on %s but x is on %s; every tensor must be on x's device"
                              % (self.where, self.name(field), t.device, self.device))
         code = codes.get(t.dtype)
@@ -363,13 +388,10 @@ class Call:
             raise TypeError("%s: %s has dtype %s; expected %s" % (
                 self.where, self.name(field), t.dtype,
                 " or ".join(str(d) for d in codes)))
-        nd = t.dim()
-        if nd < 1 or nd > _MAX_DIMS:
-            raise ValueError("%s: %s has %d dims; expected 1 to %d"
-                             % (self.where, self.name(field), nd, _MAX_DIMS))
         try:
-            _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), code, nd, *t.shape, *t.stride())
-            return t
+            shape = t.shape
+            strides = t.stride()
+            ptr = t.data_ptr()
         except (RuntimeError, NotImplementedError) as e:
             # Tensors without strided storage (sparse, mkldnn, nested, functorch-batched,
             # ...) refuse data_ptr / shape / stride: their memory is not their values.
@@ -377,6 +399,13 @@ class Call:
             raise TypeError("%s: %s: expected a dense strided tensor whose memory holds its "
                             "values; this one has none shortconv can read (%s)"
                             % (self.where, self.name(field), str(e).split("\n")[0])) from None
+        nd = len(shape)
+        if nd < 1 or nd > _MAX_DIMS:
+            raise ValueError("%s: %s has %d dims; expected 1 to %d"
+                             % (self.where, self.name(field), nd, _MAX_DIMS))
+        _TENSOR_PACK[nd](self.buf, OFF[field], ptr, code, nd, *shape, *strides)
+        self.sig.append((field, shape, code))
+        return shape, None if resolved else strides, ptr
 
     def _resolve(self, field, t, output):
         """The uncommon cases of set(): subclasses, non-strided layouts, lazy views.
@@ -410,29 +439,84 @@ class Call:
         return t
 
     def set_out(self, field, t, codes=FLOAT_CODES):
-        """Describe an output we allocated ourselves on the right device, or a tensor
-        set() has already checked for another field."""
+        """Describe a tensor set() has already checked for another field (the aliased
+        decode cache and its indices)."""
         nd = t.dim()
         _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), codes[t.dtype], nd,
                          *t.shape, *t.stride())
+        self.sig.append((field, t.shape))
 
-    def set_tokens(self, field, t, checked=False):
-        """Describe a 2-D [N, D] tensor (one token per sequence) as [N, 1, D] -- the view
-        unsqueeze(1) would make -- without making it: set() when not `checked`."""
-        if not checked:
-            t = self.set(field, t)  # every check (a lazy view resolved); then the 3-D description
-        n, d = t.shape
-        sn, sd = t.stride()
-        _TENSOR_PACK[3](self.buf, OFF[field], t.data_ptr(), FLOAT_CODES[t.dtype], 3, n, 1, d,
-                        sn, d * sd, sd)
+    # ---- outputs the package allocates (docs in _layout.py) ----
+    def _describe(self, field, t, shape, strides):
+        nd = len(shape)
+        _TENSOR_PACK[nd](self.buf, OFF[field], t.data_ptr(), FLOAT_CODES[t.dtype], nd,
+                         *shape, *strides)
+        self.sig.append((field, shape))
+
+    def out_like_x(self, field, x, x_layout):
+        """y or dx: torch.empty_like(x) (_layout.like_x); x_layout is set()'s for x."""
+        shape, strides, _ = x_layout
+        t = _empty_like(x)
+        if strides is None or not x.is_contiguous():  # else exactly x's strides
+            strides = t.stride()
+        self._describe(field, t, shape, strides)
+        return t
+
+    def out_like(self, field, src, src_layout):
+        """A contiguous output of the shape and dtype of the input ``src`` (dweight, dbias,
+        a state like initial_state): _layout.like_contiguous; src_layout is set()'s."""
+        shape, strides, _ = src_layout
+        if strides is not None and src.is_contiguous():
+            t = _empty_like(src)  # exactly src's (contiguous) strides
+        else:
+            t = like_contiguous(src)
+            shape, strides = t.shape, t.stride()
+        self._describe(field, t, shape, strides)
+        return t
+
+    def out_new(self, field, shape, dtype, zeros=False):
+        """A new contiguous output (zero-filled when ``zeros``: rows the library may leave
+        unwritten)."""
+        t = (_zeros if zeros else _empty)(shape, dtype=dtype, device=self.device)
+        self._describe(field, t, tuple(shape), contiguous_strides(shape))
+        return t
+
+    # ---- one token per sequence: [N, D] described as [N, 1, D] ----
+    # (the view unsqueeze(1) would make, without making it: a decode step's x, residual, y)
+    def _describe_tokens(self, field, ptr, code, shape, strides):
+        n, d = shape
+        sn, sd = strides
+        _TENSOR_PACK[3](self.buf, OFF[field], ptr, code, 3, n, 1, d, sn, d * sd, sd)
+
+    def set_tokens(self, field, t):
+        """set() for a 2-D [N, D] input (every check; a lazy view resolved into a copy),
+        described as [N, 1, D].  Returns set()'s (shape, strides, data pointer)."""
+        seen = shape, strides, ptr = self.set(field, t)
+        if strides is None:  # a resolved copy (kept in self.keep until the call ends)
+            strides = self.keep[-1].stride()
+        self._describe_tokens(field, ptr, FLOAT_CODES[t.dtype], shape, strides)
+        return seen
+
+    def out_tokens(self, field, x, x_layout):
+        """y of a one-token step: out_like_x's tensor ([N, D] like x), described as
+        [N, 1, D]; x_layout is set_tokens()'s for x."""
+        shape, strides, _ = x_layout
+        t = _empty_like(x)
+        if strides is None or not x.is_contiguous():  # else exactly x's strides
+            strides = t.stride()
+        self._describe_tokens(field, t.data_ptr(), FLOAT_CODES[t.dtype], shape, strides)
+        self.sig.append((field, shape))
+        return t
 
     def set_pad_index(self, pad):
         """The state index that means "no row" besides -1 (an engine's pad slot id)."""
         _PAD_PACK(self.buf, _PAD_OFF, pad)
+        self.sig.append(pad)
 
     def set_block_size(self, block_size):
         """Prefix caching's block size (block boundaries get state snapshots)."""
         _PAD_PACK(self.buf, _BLOCK_SIZE_OFF, block_size)
+        self.sig.append(("block_size", block_size))
 
     def _raise(self, status):
         msg = ctypes.string_at(self.base + ERR_OFF).decode(errors="replace")
@@ -443,53 +527,72 @@ class Call:
         kind = _lib.sc_status_string(status).decode()
         raise ShortConvError("%s: %s: %s" % (self.where, kind, msg), status)
 
-    def _run(self, query, run):
+    def _run(self, direction, query, run):
         if self.cuda_index >= 0 and self.cuda_index != _current_device():
             with torch.cuda.device(self.cuda_index):
-                return self._run_here(query, run)
-        return self._run_here(query, run)
+                return self._run_here(direction, query, run)
+        return self._run_here(direction, query, run)
 
-    def _run_here(self, query, run):
+    def _query(self, query):
         base = self.base
         status = query(base, base + WS_OFF, base + ERR_OFF)
         if status:
             self._raise(status)
-        nbytes = _SIZE_UNPACK(self.buf, WS_OFF)[0]
-        if nbytes:
-            ws = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-            _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, ws.data_ptr(), nbytes)
-        else:
+        return _SIZE_UNPACK(self.buf, WS_OFF)[0]
+
+    def _run_here(self, direction, query, run):
+        # The workspace size is a function of shapes, dtypes, which tensors are present
+        # and the scalars (CONTRIBUTING.md), all in sig; the run checks it again and
+        # reports SC_ERR_WORKSPACE, before writing anything, if it falls short.
+        key = (direction, self.cuda_index, *self.sig)
+        nbytes = _WS_BYTES.get(key)
+        cached = nbytes is not None
+        if not cached:
+            nbytes = self._query(query)
+            if len(_WS_BYTES) >= _WS_BYTES_MAX:
+                _WS_BYTES.clear()
+            _WS_BYTES[key] = nbytes
+        while True:
+            # scratch from torch's allocator (a storage: the cheapest allocation); it may be
+            # freed when the call returns: the caching allocator hands it out again only for
+            # work queued later on the same stream (or, inside a CUDA-graph capture, later in
+            # the same graph)
             ws = None
-        status = run(base, base + ERR_OFF)
-        if status:
-            self._raise(status)
-        # The workspace may be freed now: the caching allocator hands it out
-        # again only for work queued later on the same stream (or, inside a
-        # CUDA-graph capture, later in the same graph).
-        del ws
+            if nbytes:
+                ws = (_Storage(nbytes) if self.cuda_index < 0
+                      else _Storage(nbytes, device=self.device))
+                _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, ws.data_ptr(), nbytes)
+            else:
+                _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, 0, 0)
+            base = self.base
+            status = run(base, base + ERR_OFF)
+            if status == SC_ERR_WORKSPACE and cached:  # a size the signature did not determine
+                nbytes = _WS_BYTES[key] = self._query(query)
+                cached = False
+                continue
+            if status:
+                self._raise(status)
+            return
 
     def run_forward(self):
-        """sc_forward with no separate size query in the common case: a CUDA forward needs
-        no workspace, a host backend's gets this thread's cached scratch buffer; when the
-        library asks for more (SC_ERR_WORKSPACE) the call is redone with the size query
-        and a workspace of that size (which the host cache then keeps, up to a bound)."""
-        if self.cuda_index >= 0 and self.cuda_index != _current_device():
-            with torch.cuda.device(self.cuda_index):
-                return self._forward_here()
-        return self._forward_here()
-
-    def _forward_here(self):
-        base = self.base
+        """sc_forward.  A CUDA forward needs no workspace (its size is 0 for every problem),
+        so it runs without the size query or the signature lookup of _run; a host forward
+        takes _run's remembered size (and a CUDA forward that reports SC_ERR_WORKSPACE
+        after all, before writing anything, is redone that way)."""
         if self.cuda_index < 0:
-            scratch = _host_scratch()
-            _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, scratch[0], scratch[1])
-        status = _sc_forward(base, base + ERR_OFF)
+            return self._run(0, _sc_forward_ws, _sc_forward)
+        if self.cuda_index != _current_device():
+            with torch.cuda.device(self.cuda_index):
+                return self._forward_cuda()
+        return self._forward_cuda()
+
+    def _forward_cuda(self):
+        base = self.base
+        status = _sc_forward(base, base + ERR_OFF)  # (exec.workspace: NULL, 0 bytes)
         if status == SC_ERR_WORKSPACE:
-            if self.cuda_index < 0 and _grow_host_scratch(self):
-                return self._forward_here()
-            return self._run_here(_sc_forward_ws, _sc_forward)
+            return self._run_here(0, _sc_forward_ws, _sc_forward)
         if status:
             self._raise(status)
 
     def run_backward(self):
-        self._run(_sc_backward_ws, _sc_backward)
+        self._run(1, _sc_backward_ws, _sc_backward)

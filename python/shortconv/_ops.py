@@ -28,6 +28,7 @@ import os
 import torch
 
 from ._double_backward import backward_vjp
+from ._layout import like_contiguous, like_x
 from ._lib import ACT_NONE, ACT_SILU, ACTIVATIONS, FLAG_CODES, INDEX_CODES, Call
 
 # Argument names of the decode entry point, for the library's messages.
@@ -57,13 +58,6 @@ def activation_code(activation, where="shortconv"):
                          % (where, _EXPECTED, activation)) from None
 
 
-def _like_x(x):
-    """An output like x (y, dx): x's strides when x is dense in any layout (a
-    channel-major x gets a channel-major y: the kernels write it with vector
-    stores), contiguous otherwise (a slice of a fused projection, a broadcast)."""
-    return torch.empty_like(x, memory_format=torch.preserve_format)
-
-
 def _num_seqs(x, cu_seqlens, seq_idx=None, state_rows=0):
     """Rows of the states a call returns: N, or with seq_idx the id rows (row i = id i)."""
     if seq_idx is not None:
@@ -78,44 +72,81 @@ def _width(weight):
 
 
 # ---- implementations (eager, real tensors) -------------------------------------
+# Outputs follow _layout.py: y and dx like x (x's strides when x is dense), the others
+# contiguous.  The fake implementations below allocate the same way.
 def _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation, seq_idx):
-    """A Call with the inputs both directions read."""
+    """A Call with the inputs both directions read, and what set() returned for each
+    (x, weight, bias, cu_seqlens, initial_state, seq_idx; None when absent)."""
     c = Call(where, x, _width(weight), state_len, activation)
-    c.set("x", x)
-    c.set("weight", weight)
-    if bias is not None:
-        c.set("bias", bias)
-    if cu_seqlens is not None:
-        c.set("cu_seqlens", cu_seqlens, INDEX_CODES)
-    if seq_idx is not None:
-        c.set("seq_idx", seq_idx, INDEX_CODES)
-    if initial_state is not None:
-        c.set("initial_state", initial_state)
-    return c
+    seen = (c.set("x", x), c.set("weight", weight),
+            c.set("bias", bias) if bias is not None else None,
+            c.set("cu_seqlens", cu_seqlens, INDEX_CODES) if cu_seqlens is not None else None,
+            c.set("seq_idx", seq_idx, INDEX_CODES) if seq_idx is not None else None,
+            c.set("initial_state", initial_state) if initial_state is not None else None)
+    return c, seen
+
+
+def _state_out(c, seen, field, x, cu_seqlens, initial_state, state_len, dtype, seq_idx, rows,
+               zeros=False):
+    """A state output [N, D, S] (seq_idx: [rows, D, S]): like initial_state when there is
+    one (the same shape once validated), else new; zero-filled when ``zeros``."""
+    if initial_state is not None and initial_state.dtype == dtype and not zeros:
+        return c.out_like(field, initial_state, seen[5])
+    shape = (_num_seqs(x, cu_seqlens, seq_idx, rows), x.shape[-1], state_len)
+    return c.out_new(field, shape, dtype, zeros)
+
+
+def _run_forward(c, seen, x, residual, initial_state, cu_seqlens, state_len,
+                 output_final_state, seq_idx, state_rows):
+    if residual is not None:
+        c.set("residual", residual)
+    y = c.out_like_x("y", x, seen[0])
+    final_state = None
+    if output_final_state:
+        sdtype = initial_state.dtype if initial_state is not None else x.dtype
+        # (seq_idx: the library leaves rows of ids that do not occur unwritten)
+        final_state = _state_out(c, seen, "final_state", x, cu_seqlens, initial_state,
+                                 state_len, sdtype, seq_idx, state_rows, seq_idx is not None)
+    c.run_forward()
+    return y, final_state
 
 
 def forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
                  output_final_state, where="shortconv.causal_conv1d", seq_idx=None,
                  state_rows=0):
-    """y [like x, contiguous] and final_state [N, D, S] (None unless requested).
+    """y [like x] and final_state [N, D, S] (None unless requested).
 
     seq_idx [B, T]: sequence ids (docs/semantics.md section 3); final_state is then
     [state_rows, D, S], row i = id i's final state, zeros for ids that do not occur."""
-    c = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation, seq_idx)
-    if residual is not None:
-        c.set("residual", residual)
-    y = _like_x(x)
-    c.set_out("y", y)
-    final_state = None
-    if output_final_state:
-        sdtype = initial_state.dtype if initial_state is not None else x.dtype
-        shape = (_num_seqs(x, cu_seqlens, seq_idx, state_rows), x.shape[-1], state_len)
-        # (seq_idx: the library leaves rows of ids that do not occur unwritten)
-        alloc = torch.zeros if seq_idx is not None else torch.empty
-        final_state = alloc(shape, dtype=sdtype, device=x.device)
-        c.set_out("final_state", final_state)
-    c.run_forward()
-    return y, final_state
+    c, seen = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation,
+                    seq_idx)
+    return _run_forward(c, seen, x, residual, initial_state, cu_seqlens, state_len,
+                        output_final_state, seq_idx, state_rows)
+
+
+def _run_backward(c, seen, x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len,
+                  need_dx, need_dweight, need_dbias, need_dinitial_state, seq_idx):
+    if dy is not None:
+        c.set("dy", dy)
+    if dht is not None:
+        c.set("dfinal_state", dht)
+    dx = dweight = dbias = dh0 = None
+    if need_dx:
+        dx = c.out_like_x("dx", x, seen[0])
+    if need_dweight:
+        dweight = c.out_like("dweight", weight, seen[1])
+    if need_dbias and bias is not None:
+        dbias = c.out_like("dbias", bias, seen[2])
+    if need_dinitial_state:
+        sdtype = (initial_state.dtype if initial_state is not None
+                  else dht.dtype if dht is not None else x.dtype)
+        rows = initial_state.shape[0] if initial_state is not None else 0
+        dh0 = _state_out(c, seen, "dinitial_state", x, cu_seqlens, initial_state, state_len,
+                         sdtype, seq_idx, rows)
+    if dx is None and dweight is None and dbias is None and dh0 is None:
+        return None, None, None, None
+    c.run_backward()
+    return dx, dweight, dbias, dh0
 
 
 def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, activation,
@@ -125,32 +156,39 @@ def backward_impl(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len
 
     seq_idx: dinitial_state has initial_state's rows (row i = id i's, zeros for ids
     that do not occur)."""
-    c = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation, seq_idx)
-    if dy is not None:
-        c.set("dy", dy)
-    if dht is not None:
-        c.set("dfinal_state", dht)
-    dx = dweight = dbias = dh0 = None
-    if need_dx:
-        dx = _like_x(x)
-        c.set_out("dx", dx)
-    if need_dweight:
-        dweight = torch.empty(weight.shape, dtype=weight.dtype, device=x.device)
-        c.set_out("dweight", dweight)
-    if need_dbias and bias is not None:
-        dbias = torch.empty(bias.shape, dtype=bias.dtype, device=x.device)
-        c.set_out("dbias", dbias)
-    if need_dinitial_state:
-        sdtype = (initial_state.dtype if initial_state is not None
-                  else dht.dtype if dht is not None else x.dtype)
-        rows = initial_state.shape[0] if initial_state is not None else 0
-        dh0 = torch.empty((_num_seqs(x, cu_seqlens, seq_idx, rows), x.shape[-1], state_len),
-                          dtype=sdtype, device=x.device)
-        c.set_out("dinitial_state", dh0)
-    if dx is None and dweight is None and dbias is None and dh0 is None:
-        return None, None, None, None
-    c.run_backward()
-    return dx, dweight, dbias, dh0
+    c, seen = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len, activation,
+                    seq_idx)
+    return _run_backward(c, seen, x, weight, bias, initial_state, cu_seqlens, dy, dht,
+                         state_len, need_dx, need_dweight, need_dbias, need_dinitial_state,
+                         seq_idx)
+
+
+def _same_memory(seen, x, weight, bias, cu_seqlens, initial_state, seq_idx):
+    """Whether the saved inputs are still the memory set() described (an input whose storage
+    was swapped since, e.g. by ``.data =``, must be described again)."""
+    sx, sw, sb, scu, sid, sh0 = seen
+    return (x.data_ptr() == sx[2] and weight.data_ptr() == sw[2]
+            and (bias is None or bias.data_ptr() == sb[2])
+            and (cu_seqlens is None or cu_seqlens.data_ptr() == scu[2])
+            and (seq_idx is None or seq_idx.data_ptr() == sid[2])
+            and (initial_state is None or initial_state.data_ptr() == sh0[2]))
+
+
+def _backward_from(snapshot, seen, x, weight, bias, initial_state, cu_seqlens, dy, dht,
+                   state_len, activation, need_dx, need_dweight, need_dbias, need_dinitial_state,
+                   seq_idx):
+    """backward_impl for the forward that took ``snapshot`` (and set() returned ``seen``):
+    its inputs are already described, when the saved tensors still hold that memory."""
+    where = "shortconv.causal_conv1d (backward)"
+    if snapshot is not None and _same_memory(seen, x, weight, bias, cu_seqlens, initial_state,
+                                             seq_idx):
+        c = Call.resume(where, snapshot)
+    else:
+        c, seen = _call(where, x, weight, bias, cu_seqlens, initial_state, state_len,
+                        activation, seq_idx)
+    return _run_backward(c, seen, x, weight, bias, initial_state, cu_seqlens, dy, dht,
+                         state_len, need_dx, need_dweight, need_dbias, need_dinitial_state,
+                         seq_idx)
 
 
 def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
@@ -166,10 +204,7 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
     docs/semantics.md section 5.  one_token: x, residual (and y) are [N, D], one token per
     sequence, described to the library as [N, 1, D] (no view made)."""
     c = Call(where, x, _width(weight), -1, activation, _CACHE_NAMES)
-    if one_token:
-        c.set_tokens("x", x)
-    else:
-        c.set("x", x)
+    x_layout = c.set_tokens("x", x) if one_token else c.set("x", x)
     c.set("weight", weight)
     if bias is not None:
         c.set("bias", bias)
@@ -206,11 +241,7 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
         c.set("parent_tokens", parent_tokens, INDEX_CODES)
     if pad_slot_id != -1:
         c.set_pad_index(pad_slot_id)
-    y = _like_x(x)
-    if one_token:
-        c.set_tokens("y", y, checked=True)
-    else:
-        c.set_out("y", y)
+    y = c.out_tokens("y", x, x_layout) if one_token else c.out_like_x("y", x, x_layout)
     c.run_forward()
     return y
 
@@ -240,9 +271,10 @@ def _fwd_eager(x, weight, bias, residual, initial_state, cu_seqlens, state_len, 
                output_final_state, seq_idx=None, state_rows=0):
     """The forward as a differentiable call while autograd records (a double backward)."""
     if torch.is_grad_enabled():
-        return CausalConv1dFunction.apply(x, weight, bias, residual, initial_state, cu_seqlens,
-                                          state_len, activation, output_final_state, seq_idx,
-                                          state_rows)
+        out = CausalConv1dFunction.apply(x, weight, bias, residual, initial_state, cu_seqlens,
+                                         state_len, activation, output_final_state, seq_idx,
+                                         state_rows)
+        return out if output_final_state else (out, None)
     return forward_impl(x, weight, bias, residual, initial_state, cu_seqlens, state_len,
                         activation, output_final_state, seq_idx=seq_idx, state_rows=state_rows)
 
@@ -261,36 +293,48 @@ def _bwd_eager(x, weight, bias, initial_state, cu_seqlens, dy, dht, state_len, a
 
 
 class CausalConv1dFunction(torch.autograd.Function):
-    """Eager autograd (every torch version): forward_impl / backward_impl.
+    """Eager autograd (every torch version): the forward and backward calls.
 
-    Differentiable to any order: the backward is CausalConv1dBackward when
-    autograd records it (create_graph=True), whose own backward is built from
-    these two Functions (_double_backward.py).
+    The backward starts from the forward's description of the inputs both read (a
+    snapshot), so it describes only dy, dfinal_state and its outputs.  Differentiable to
+    any order: the backward is CausalConv1dBackward when autograd records it
+    (create_graph=True), whose own backward is built from these two Functions
+    (_double_backward.py).
     """
 
     @staticmethod
     def forward(ctx, x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
                 output_final_state, seq_idx=None, state_rows=0):
-        y, final_state = forward_impl(x, weight, bias, residual, initial_state, cu_seqlens,
-                                      state_len, activation, output_final_state,
-                                      seq_idx=seq_idx, state_rows=state_rows)
+        c, seen = _call("shortconv.causal_conv1d", x, weight, bias, cu_seqlens, initial_state,
+                        state_len, activation, seq_idx)
+        snapshot = c.snapshot()
+        y, final_state = _run_forward(c, seen, x, residual, initial_state, cu_seqlens,
+                                      state_len, output_final_state, seq_idx, state_rows)
         ctx.save_for_backward(x, weight, bias, initial_state, cu_seqlens, seq_idx)
-        ctx.state_len = state_len
-        ctx.state_rows = state_rows
-        ctx.activation = activation
-        ctx.has_residual = residual is not None
+        # one attribute: each costs a dictionary entry on the node, set here and read back
+        ctx.meta = (snapshot, seen, state_len, activation, residual is not None)
         # An unused output's gradient arrives as None (absent in the ABI = zeros)
         # instead of a zero-filled tensor: one kernel and one allocation less.
         ctx.set_materialize_grads(False)
-        return y, final_state
+        # Without a final state y is the only output (a second, None output costs autograd
+        # more host time than the whole description of a tensor).
+        return (y, final_state) if output_final_state else y
 
     @staticmethod
-    def backward(ctx, dy, dht):
+    def backward(ctx, dy, dht=None):
         x, weight, bias, h0, cu, sid, dy, dht, need = _backward_grads(ctx, dy, dht)
-        dx, dw, db, dh0 = _bwd_eager(
-            x, weight, bias, h0, cu, dy, dht, ctx.state_len, ctx.activation,
-            need[0], need[1], need[2] and bias is not None, need[4] and h0 is not None, sid)
-        dres = _dresidual(x, dy, sid) if ctx.has_residual and need[3] else None
+        snapshot, seen, state_len, activation, has_residual = ctx.meta
+        want_db = need[2] and bias is not None
+        want_dh0 = need[4] and h0 is not None
+        if torch.is_grad_enabled():  # create_graph=True: a differentiable backward
+            dx, dw, db, dh0 = CausalConv1dBackward.apply(
+                x, weight, bias, h0, cu, dy, dht, state_len, activation, need[0], need[1],
+                want_db, want_dh0, sid)
+        else:
+            dx, dw, db, dh0 = _backward_from(
+                snapshot, seen, x, weight, bias, h0, cu, dy, dht, state_len, activation,
+                need[0], need[1], want_db, want_dh0, sid)
+        dres = _dresidual(x, dy, sid) if has_residual and need[3] else None
         return dx, dw, db, dres, dh0, None, None, None, None, None, None
 
 
@@ -337,6 +381,13 @@ if HAS_CUSTOM_OPS:
     def _empty(x, dtype=None):
         return torch.empty((0,), dtype=dtype if dtype is not None else x.dtype, device=x.device)
 
+    def _state_fake(x, cu_seqlens, initial_state, state_len, dtype, seq_idx, rows):
+        """_state_out's allocation (zero-filling aside)."""
+        if initial_state is not None and initial_state.dtype == dtype:
+            return like_contiguous(initial_state)
+        return torch.empty((_num_seqs(x, cu_seqlens, seq_idx, rows), x.shape[-1], state_len),
+                           dtype=dtype, device=x.device)
+
     @torch.library.custom_op(
         "shortconv::causal_conv1d_fwd", mutates_args=(),
         schema="(Tensor x, Tensor weight, Tensor? bias, Tensor? residual, Tensor? initial_state, "
@@ -354,11 +405,11 @@ if HAS_CUSTOM_OPS:
     @_fwd_op.register_fake
     def _fwd_fake(x, weight, bias, residual, initial_state, cu_seqlens, state_len, activation,
                   output_final_state, seq_idx=None, state_rows=0):
-        y = _like_x(x)
+        y = like_x(x)
         sdtype = initial_state.dtype if initial_state is not None else x.dtype
         if output_final_state:
-            ht = torch.empty((_num_seqs(x, cu_seqlens, seq_idx, state_rows), x.shape[-1],
-                              state_len), dtype=sdtype, device=x.device)
+            ht = _state_fake(x, cu_seqlens, initial_state, state_len, sdtype, seq_idx,
+                             state_rows)
         else:
             ht = _empty(x, sdtype)
         return y, ht
@@ -385,15 +436,13 @@ if HAS_CUSTOM_OPS:
                   need_dx, need_dweight, need_dbias, need_dinitial_state, seq_idx=None):
         sdtype = (initial_state.dtype if initial_state is not None
                   else dht.dtype if dht is not None else x.dtype)
-        dx = _like_x(x) if need_dx else _empty(x)
-        dw = (torch.empty(weight.shape, dtype=weight.dtype, device=x.device) if need_dweight
+        dx = like_x(x) if need_dx else _empty(x)
+        dw = like_contiguous(weight) if need_dweight else _empty(x, weight.dtype)
+        db = (like_contiguous(bias) if need_dbias and bias is not None
               else _empty(x, weight.dtype))
-        db = (torch.empty(bias.shape, dtype=bias.dtype, device=x.device)
-              if need_dbias and bias is not None else _empty(x, weight.dtype))
         if need_dinitial_state:
             rows = initial_state.shape[0] if initial_state is not None else 0
-            dh0 = torch.empty((_num_seqs(x, cu_seqlens, seq_idx, rows), x.shape[-1], state_len),
-                              dtype=sdtype, device=x.device)
+            dh0 = _state_fake(x, cu_seqlens, initial_state, state_len, sdtype, seq_idx, rows)
         else:
             dh0 = _empty(x, sdtype)
         return dx, dw, db, dh0
@@ -462,13 +511,14 @@ if HAS_CUSTOM_OPS:
         schema="(Tensor x, Tensor(a!) cache, Tensor weight, Tensor? bias, Tensor? residual, "
                "Tensor? cache_indices, Tensor? cu_seqlens, int activation, "
                "Tensor? has_initial_state, Tensor? cache_seqlens, int pad_slot_id, "
-               "Tensor? num_accepted, Tensor? parent_tokens, Tensor? block_table, "
-               "Tensor? initial_block, Tensor? final_block, Tensor? first_block, "
-               "Tensor? computed_tokens, int block_size) -> Tensor")
+               "Tensor? num_accepted=None, Tensor? parent_tokens=None, "
+               "Tensor? block_table=None, Tensor? initial_block=None, Tensor? final_block=None, "
+               "Tensor? first_block=None, Tensor? computed_tokens=None, int block_size=0) "
+               "-> Tensor")  # (the serving arguments default to absent: the older schema's calls)
     def _update_op(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
-                   has_initial_state, cache_seqlens, pad_slot_id, num_accepted, parent_tokens,
-                   block_table, initial_block, final_block, first_block, computed_tokens,
-                   block_size):
+                   has_initial_state, cache_seqlens, pad_slot_id, num_accepted=None,
+                   parent_tokens=None, block_table=None, initial_block=None, final_block=None,
+                   first_block=None, computed_tokens=None, block_size=0):
         return update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
                            has_initial_state, cache_seqlens, pad_slot_id, num_accepted,
                            parent_tokens, block_table, initial_block, final_block, first_block,
@@ -476,10 +526,10 @@ if HAS_CUSTOM_OPS:
 
     @_update_op.register_fake
     def _update_fake(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
-                     has_initial_state, cache_seqlens, pad_slot_id, num_accepted, parent_tokens,
-                     block_table, initial_block, final_block, first_block, computed_tokens,
-                     block_size):
-        return _like_x(x)
+                     has_initial_state, cache_seqlens, pad_slot_id, num_accepted=None,
+                     parent_tokens=None, block_table=None, initial_block=None, final_block=None,
+                     first_block=None, computed_tokens=None, block_size=0):
+        return like_x(x)
 
 else:
 

@@ -1,10 +1,12 @@
-"""python -m shortconv.bench: the PyTorch API against a plain F.conv1d reference.
+"""python -m shortconv.bench: the PyTorch API against the CLI's kernels and plain F.conv1d.
 
-For each shape (the CLI's defaults, `shortconv bench`): forward and
-forward+backward through shortconv.causal_conv1d and through plain PyTorch
-(depthwise F.conv1d with W-1 left padding, SiLU; states by concatenating
-h0 ++ x; packed batches one F.conv1d per sequence), in µs per call and as the
-fraction of the copy-bandwidth floor.
+For each shape (the CLI's defaults, `shortconv bench`, plus on the CPU the small and
+channel-major rows): forward and forward+backward through shortconv.causal_conv1d, the
+CLI's figures for the same case (its own run, where the CLI is found), and plain PyTorch
+(depthwise F.conv1d with W-1 left padding, SiLU; states by concatenating h0 ++ x; packed
+batches one F.conv1d per sequence), in µs per call and as the fraction of the
+copy-bandwidth floor.  Then a torch.compile'd row for the small shape and the package's
+host overhead.
 
 - per call = wall time of n back-to-back calls / n, synchronised at both ends,
   median over rounds.  The GPU work of one call overlaps the host work of the
@@ -12,18 +14,32 @@ fraction of the copy-bandwidth floor.
   GPU-bound one its kernel time; compare the latter with the CLI's kernel figures.
 - forward: under torch.no_grad().  forward+backward: the forward with grad
   plus torch.autograd.grad for x, weight, bias (and initial_state with states),
-  no .grad accumulation.
+  no .grad accumulation; dy in x's layout (a channel-major x gets a channel-major dy,
+  as the gradient of its channel-major y would be).
 - floor: the bytes that must move / the copy bandwidth measured in the same
   run (torch copy_ of a large buffer, read + write): forward 2 x-sized tensors,
-  forward+backward 5.  frac = floor / time (1.0 = copy speed).
+  forward+backward 5.  frac = floor / time (1.0 = copy speed).  The CLI's fraction
+  is against the copy bandwidth of its own run.
 - Small working sets rotate over several copies of their buffers, so they are
   not timed out of cache (like the CLI).
+- host overhead (small shape, bf16, forward+backward): the package's own host cost
+  = our eager call - a no-op torch.autograd.Function with the same inputs and outputs
+  (it saves its inputs and allocates its outputs, as any autograd op must), measured in
+  the same run, interleaved; the median of the paired differences over rounds.  On a GPU
+  the eager call is host-bound at this size (its kernels run asynchronously); on the
+  CPU the kernels run in the calling thread, so the row is measured with the library
+  validating every call but computing nothing (the host path alone: every Python step,
+  the C validation, the allocations).  On a GPU both are reported.
 - --decode: the decode section instead (shortconv/bench_decode.py).
 """
 
 import argparse
+import contextlib
 import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 
@@ -38,6 +54,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
 ROTATE_BYTES = {"cuda": 256 << 20, "cpu": 128 << 20}  # working set to reach by rotating copies
 MAX_COPIES = {"cuda": 16, "cpu": 8}
 BUDGET_S = {"cuda": 1.0, "cpu": 1.0}  # per measurement, after warm-up
+SMALL = (1, 2048, 2048)  # the small shape: compiled row and host overhead
 
 
 class Shape:
@@ -47,12 +64,14 @@ class Shape:
 
 
 def default_shapes(device, W):
+    """The CLI's default shapes (tools/bench.cpp), plus on the CPU the small shape and the
+    dense shape channel-major."""
     if device == "cuda":
         return [
             Shape("dense 8x4096x4096", 8, 4096, 4096, W=W, dtypes=("bf16", "fp32")),
             Shape("packed 1x32768x8192 /16 +states", 1, 32768, 8192, seqs=16, states=True, W=W),
             Shape("long 1x65536x4096", 1, 65536, 4096, W=W),
-            Shape("small 1x2048x2048", 1, 2048, 2048, W=W),
+            Shape("small 1x2048x2048", *SMALL, W=W),
             Shape("dense 8x4096x4096 chan-major", 8, 4096, 4096, layout="channel", W=W),
             Shape("dense 8x4096x4096 W=8", 8, 4096, 4096, W=8),
         ]
@@ -61,6 +80,8 @@ def default_shapes(device, W):
         Shape("packed 1x16384x2048 /16 +states", 1, 16384, 2048, seqs=16, states=True, W=W,
               dtypes=("bf16", "fp32")),
         Shape("long 1x32768x1024", 1, 32768, 1024, W=W, dtypes=("bf16", "fp32")),
+        Shape("small 1x2048x2048", *SMALL, W=W),
+        Shape("dense 4x4096x2048 chan-major", 4, 4096, 2048, layout="channel", W=W),
     ]
 
 
@@ -98,8 +119,11 @@ def make_inputs(s, dtype, device, seed, grad):
     def rnd(*shape):  # generated on the device: the large shapes take seconds on a host
         return torch.randn(*shape, generator=g, dtype=dtype, device=device)
 
+    def act(B, T, D):  # an activation-like tensor in the shape's layout
+        return rnd(B, D, T).transpose(1, 2) if s.layout == "channel" else rnd(B, T, D)
+
     B, T, D, W = s.B, s.T, s.D, s.W
-    x = rnd(B, D, T).transpose(1, 2) if s.layout == "channel" else rnd(B, T, D)
+    x = act(B, T, D)
     cu = None
     N = B
     if s.seqs:
@@ -110,7 +134,7 @@ def make_inputs(s, dtype, device, seed, grad):
         N = s.seqs
     inp = dict(x=x, weight=rnd(D, W), bias=rnd(D), cu_seqlens=cu,
                initial_state=rnd(N, D, W - 1) if s.states else None,
-               dy=rnd(B, T, D))
+               dy=act(B, T, D))
     if grad:
         for k in ("x", "weight", "bias", "initial_state"):
             if inp[k] is not None:
@@ -118,15 +142,17 @@ def make_inputs(s, dtype, device, seed, grad):
     return inp
 
 
-def ours(p, backward):
-    y, ht = shortconv.causal_conv1d(p["x"], p["weight"], p["bias"],
-                                    initial_state=p["initial_state"],
-                                    output_final_state=p["initial_state"] is not None,
-                                    activation="silu", cu_seqlens=p["cu_seqlens"],
-                                    state_len=p["weight"].shape[1] - 1)
+def _leaves(p):
+    return [t for t in (p["x"], p["weight"], p["bias"], p["initial_state"]) if t is not None]
+
+
+def ours(p, backward, fn=None):
+    fn = fn or shortconv.causal_conv1d
+    y, ht = fn(p["x"], p["weight"], p["bias"], initial_state=p["initial_state"],
+               output_final_state=p["initial_state"] is not None, activation="silu",
+               cu_seqlens=p["cu_seqlens"], state_len=p["weight"].shape[1] - 1)
     if backward:
-        leaves = [t for t in (p["x"], p["weight"], p["bias"], p["initial_state"]) if t is not None]
-        torch.autograd.grad(y, leaves, p["dy"])
+        torch.autograd.grad(y, _leaves(p), p["dy"])
 
 
 def plain_torch(p, backward):
@@ -141,8 +167,7 @@ def plain_torch(p, backward):
                                  output_final_state=True, activation="silu",
                                  cu_seqlens=p["cu_seqlens"], state_len=W - 1)
     if backward:
-        leaves = [t for t in (x, w, b, p["initial_state"]) if t is not None]
-        torch.autograd.grad(y, leaves, p["dy"])
+        torch.autograd.grad(y, _leaves(p), p["dy"])
 
 
 def measure(fn, copies, device, budget_s):
@@ -171,26 +196,235 @@ def measure(fn, copies, device, budget_s):
     return statistics.median(per_call)
 
 
+def _copies(s, dtype, device):
+    x_bytes = s.B * s.T * s.D * torch.empty(0, dtype=dtype).element_size()
+    n = max(1, min(MAX_COPIES[device], -(-ROTATE_BYTES[device] // (2 * x_bytes))))
+    return x_bytes, n
+
+
+def _fwd(f):
+    def run(p):
+        with torch.no_grad():
+            f(p, False)
+    return run
+
+
 def bench_case(s, dtype_name, device, budget_s, with_torch):
     dtype = DTYPES[dtype_name]
-    x_bytes = s.B * s.T * s.D * torch.empty(0, dtype=dtype).element_size()
-    copies_n = max(1, min(MAX_COPIES[device], -(-ROTATE_BYTES[device] // (2 * x_bytes))))
+    x_bytes, copies_n = _copies(s, dtype, device)
     out = dict(shape=s.name, dtype=dtype_name, W=s.W, layout=s.layout, x_bytes=x_bytes)
     nograd = [make_inputs(s, dtype, device, i + 1, False) for i in range(copies_n)]
     grad = [make_inputs(s, dtype, device, i + 1, True) for i in range(copies_n)]
-
-    def fwd(f):
-        def run(p):
-            with torch.no_grad():
-                f(p, False)
-        return run
-
-    out["fwd_us"] = measure(fwd(ours), nograd, device, budget_s)
+    out["fwd_us"] = measure(_fwd(ours), nograd, device, budget_s)
     out["fwdbwd_us"] = measure(lambda p: ours(p, True), grad, device, budget_s)
     if with_torch:
-        out["torch_fwd_us"] = measure(fwd(plain_torch), nograd, device, budget_s)
+        out["torch_fwd_us"] = measure(_fwd(plain_torch), nograd, device, budget_s)
         out["torch_fwdbwd_us"] = measure(lambda p: plain_torch(p, True), grad, device, budget_s)
     return out
+
+
+def bench_compiled(s, dtype_name, device, budget_s, mode=None, backend="inductor"):
+    """The case through torch.compile(fullgraph=True) (the custom ops, torch >= 2.4)."""
+    dtype = DTYPES[dtype_name]
+    x_bytes, copies_n = _copies(s, dtype, device)
+    out = dict(shape=s.name + " compiled", dtype=dtype_name, W=s.W, layout=s.layout,
+               x_bytes=x_bytes, mode=mode or "default")
+    if not shortconv.HAS_CUSTOM_OPS:
+        out["skipped"] = "torch.compile needs the custom ops (torch >= 2.4), this is torch %s" % (
+            torch.__version__)
+        return out
+    torch._dynamo.reset()
+    fn = torch.compile(shortconv.causal_conv1d, fullgraph=True, dynamic=False, mode=mode,
+                       backend=backend)
+    nograd = [make_inputs(s, dtype, device, i + 1, False) for i in range(copies_n)]
+    grad = [make_inputs(s, dtype, device, i + 1, True) for i in range(copies_n)]
+    out["fwd_us"] = measure(_fwd(lambda p, b: ours(p, b, fn)), nograd, device, budget_s)
+    out["fwdbwd_us"] = measure(lambda p: ours(p, True, fn), grad, device, budget_s)
+    return out
+
+
+# ---- the CLI's figures ------------------------------------------------------------------
+def find_cli():
+    """$SHORTCONV_CLI, the CLI beside the library (build/bin/shortconv for
+    build/lib/libshortconv.so), or `shortconv` on PATH; None if there is none."""
+    env = os.environ.get("SHORTCONV_CLI")
+    if env:
+        return env if os.path.exists(env) else None
+    lib_dir = os.path.dirname(os.path.abspath(shortconv.library_path))
+    near = os.path.join(os.path.dirname(lib_dir), "bin", "shortconv")
+    if os.path.exists(near):
+        return near
+    return shutil.which("shortconv")
+
+
+def cli_case(cli, s, dtype_name, device, threads):
+    """The CLI's result for this case: `shortconv bench --json` on exactly this shape."""
+    cmd = [cli, "bench", "--backend", device, "--json", "--shape", "%dx%dx%d" % (s.B, s.T, s.D),
+           "--dtype", dtype_name, "--width", str(s.W), "--layout", s.layout]
+    if s.seqs:
+        cmd += ["--seqs", str(s.seqs)]
+    if s.states:
+        cmd += ["--states"]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        (res,) = json.loads(r.stdout)["results"]
+    except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as e:
+        return dict(error="%s: %s" % (" ".join(cmd), e))
+    return res
+
+
+_CLI_LAYOUT = {"token": "token-major", "channel": "channel-major"}  # the CLI's names
+
+
+def cli_from_json(path):
+    """{(shape, dtype, W, layout): result} of a saved `shortconv bench --json` run (layout
+    in this module's names)."""
+    names = {v: k for k, v in _CLI_LAYOUT.items()}
+    with open(path) as f:
+        results = json.load(f)["results"]
+    return {(r["shape"], r["dtype"], r["W"], names.get(r["layout"], r["layout"])): r
+            for r in results}
+
+
+# ---- host overhead ----------------------------------------------------------------------
+class NoOp(torch.autograd.Function):
+    """shortconv.causal_conv1d's inputs and outputs, no work: it saves its inputs and
+    allocates its outputs, as any autograd Function of this op must."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight, bias)
+        return torch.empty_like(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, bias = ctx.saved_tensors
+        return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(bias)
+
+
+@contextlib.contextmanager
+def validation_only():
+    """Every call of the package validated by the library but not computed (the workspace
+    query in place of the run): the host path of a call without its kernels."""
+    from shortconv import _lib
+    saved = _lib._sc_forward, _lib._sc_backward
+    fq, bq, off = _lib._sc_forward_ws, _lib._sc_backward_ws, _lib.WS_OFF
+    _lib._sc_forward = lambda a, e: fq(a, a + off, e)
+    _lib._sc_backward = lambda a, e: bq(a, a + off, e)
+    try:
+        yield
+    finally:
+        _lib._sc_forward, _lib._sc_backward = saved
+
+
+def paired(a, b, device, budget_s):
+    """Per-call µs of a and b in interleaved rounds of about a millisecond (short rounds: on
+    a shared host a long one is rarely left alone): medians, the median of the per-round
+    differences a - b, and the difference of the fastest rounds."""
+    for f in (a, b):
+        for _ in range(20):
+            f()
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(10):
+        a()
+    sync(device)
+    n = max(1, int(1e-3 / max((time.perf_counter() - t0) / 10, 1e-7)))
+    ta, tb = [], []
+    spent = 0.0
+    while spent < budget_s or len(ta) < 5:
+        for f, out in ((a, ta), (b, tb)):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                f()
+            sync(device)
+            dt = time.perf_counter() - t0
+            spent += dt
+            out.append(dt / n * 1e6)
+    return dict(ours_us=statistics.median(ta), noop_us=statistics.median(tb),
+                own_us=statistics.median([x - y for x, y in zip(ta, tb)]),
+                own_min_us=min(ta) - min(tb), rounds=len(ta), calls_per_round=n)
+
+
+def host_overhead(device, budget_s, W=4, dtype=torch.bfloat16):
+    """The package's own host cost per forward+backward and per forward on the small
+    shape (see the module docstring); on a GPU the eager and validation-only figures."""
+    g = torch.Generator(device=device).manual_seed(7)
+    B, T, D = SMALL
+    x, w, b, dy = (torch.randn(*sh, generator=g, dtype=dtype, device=device)
+                   for sh in ((B, T, D), (D, W), (D,), (B, T, D)))
+    for t in (x, w, b):
+        t.requires_grad_(True)
+    leaves = (x, w, b)
+
+    def fb():
+        y, _ = shortconv.causal_conv1d(x, w, b, activation="silu", state_len=W - 1)
+        torch.autograd.grad(y, leaves, dy)
+
+    def fb_noop():
+        torch.autograd.grad(NoOp.apply(x, w, b), leaves, dy)
+
+    def fwd():
+        with torch.no_grad():
+            shortconv.causal_conv1d(x, w, b, activation="silu", state_len=W - 1)
+
+    def fwd_noop():
+        with torch.no_grad():
+            NoOp.apply(x, w, b)
+
+    out = {}
+    if device == "cuda":
+        out["eager"] = dict(fwdbwd=paired(fb, fb_noop, device, budget_s),
+                            fwd=paired(fwd, fwd_noop, device, budget_s))
+    with validation_only():
+        out["host path"] = dict(fwdbwd=paired(fb, fb_noop, device, budget_s),
+                                fwd=paired(fwd, fwd_noop, device, budget_s))
+    return out
+
+
+# ---- output -----------------------------------------------------------------------------
+def _cell(v, floor):
+    return ("%10.1f %5.2f" % (v, floor / v)) if v else "%10s %5s" % ("-", "-")
+
+
+def _cli_cell(c, key):
+    v = c.get(key + "_us") if c else None
+    if not v or c.get("error"):
+        return "%10s %5s" % ("-", "-")
+    return "%10.1f %5.2f" % (v, c.get(key + "_frac") or float("nan"))
+
+
+def print_row(r, bw):
+    if "error" in r or "skipped" in r:
+        print("%-36s %-5s %2d %-7s | %s" % (
+            r["shape"], r["dtype"], r["W"], r["layout"],
+            "ERROR " + r["error"] if "error" in r else "skipped: " + r["skipped"]))
+        return
+    fb, bb = r["floor_fwd_us"], r["floor_fwdbwd_us"]
+    c = r.get("cli")
+    print("%-36s %-5s %2d %-7s | %s %s | %s %s | %s %s" % (
+        r["shape"], r["dtype"], r["W"], r["layout"], _cell(r.get("fwd_us"), fb),
+        _cell(r.get("fwdbwd_us"), bb), _cli_cell(c, "fwd"), _cli_cell(c, "fwdbwd"),
+        _cell(r.get("torch_fwd_us"), fb), _cell(r.get("torch_fwdbwd_us"), bb)))
+    sys.stdout.flush()
+
+
+def print_overhead(h, device):
+    print("\nhost overhead, small %dx%dx%d bf16 W=4 SiLU bias (µs per call; own = ours - "
+          "no-op Function, median of paired rounds; min-based in brackets):" % SMALL)
+    for method, rows in h.items():
+        label = {"eager": "eager (the kernels run asynchronously)",
+                 "host path": "host path (library validates, computes nothing)"}[method]
+        for what in ("fwdbwd", "fwd"):
+            m = rows[what]
+            print("  %-46s %-8s ours %7.1f  no-op %7.1f  own %6.1f (%5.1f)" % (
+                label, "fwd+bwd" if what == "fwdbwd" else "fwd", m["ours_us"], m["noop_us"],
+                m["own_us"], m["own_min_us"]))
+    if device == "cpu":
+        print("  (CPU: the kernels run in the calling thread, so only the host path is a host "
+              "cost)")
 
 
 def main(argv=None):
@@ -206,6 +440,15 @@ def main(argv=None):
     ap.add_argument("--layout", choices=["token", "channel"], default="token")
     ap.add_argument("--budget", type=float, default=None, help="seconds per measurement")
     ap.add_argument("--no-torch", action="store_true", help="skip the F.conv1d reference")
+    ap.add_argument("--no-cli", action="store_true", help="skip the CLI's figures")
+    ap.add_argument("--cli-json", help="the CLI's figures from this `shortconv bench --json` "
+                    "output (matched by shape name, dtype, W, layout) instead of running it")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile row")
+    ap.add_argument("--compile-mode", default=None,
+                    help="torch.compile mode of the compiled row (default: torch's default)")
+    ap.add_argument("--no-overhead", action="store_true", help="skip the host overhead")
+    ap.add_argument("--overhead-only", action="store_true",
+                    help="only the host overhead (no table, no compiled row)")
     ap.add_argument("--threads", type=int, help="CPU: torch.set_num_threads")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     ap.add_argument("--decode", action="store_true",
@@ -217,6 +460,7 @@ def main(argv=None):
     if a.threads:
         torch.set_num_threads(a.threads)
     device = a.device
+    custom = bool(a.shape)
     if a.shape:
         try:
             B, T, D = (int(v) for v in a.shape.lower().split("x"))
@@ -230,6 +474,8 @@ def main(argv=None):
         for s in shapes:
             s.dtypes = (a.dtype,)
     budget = a.budget if a.budget is not None else BUDGET_S[device]
+    cli = None if a.no_cli or a.cli_json else find_cli()
+    cli_saved = cli_from_json(a.cli_json) if a.cli_json else None
     bw = copy_GBps(device)
     if a.decode:
         from . import bench_decode
@@ -251,38 +497,50 @@ def main(argv=None):
         print("shortconv %s (library %s) via torch %s on %s; copy bandwidth %.1f GB/s (read+write)"
               % (shortconv.__version__, shortconv.library_path, torch.__version__, devname, bw))
         print("per call = back-to-back calls / n; floor = bytes / copy bandwidth (fwd 2 x-sized "
-              "tensors, fwd+bwd 5); frac = floor / time\n")
-        print("%-34s %-5s %2s %-7s | %10s %5s %10s %5s | %10s %5s %10s %5s" % (
-            "shape", "dtype", "W", "layout", "fwd us", "frac", "f+b us", "frac",
-            "torch fwd", "frac", "torch f+b", "frac"))
+              "tensors, fwd+bwd 5); frac = floor / time; CLI: %s\n"
+              % (cli or a.cli_json or "not run"))
+        print("%-36s %-5s %2s %-7s | %10s %5s %10s %5s | %10s %5s %10s %5s | %10s %5s %10s %5s"
+              % ("shape", "dtype", "W", "layout", "fwd us", "frac", "f+b us", "frac",
+                 "CLI fwd", "frac", "CLI f+b", "frac", "torch fwd", "frac", "torch f+b", "frac"))
+
+    def finish(r):
+        if "error" not in r and "skipped" not in r:
+            r["floor_fwd_us"] = 2 * r["x_bytes"] / (bw * 1e3)  # µs at copy speed
+            r["floor_fwdbwd_us"] = 5 * r["x_bytes"] / (bw * 1e3)
+        results.append(r)
+        if not a.json:
+            print_row(r, bw)
+
+    if a.overhead_only:
+        shapes = []
     for s in shapes:
         for dt in s.dtypes:
             try:
                 r = bench_case(s, dt, device, budget, not a.no_torch)
             except (RuntimeError, ValueError) as e:  # e.g. out of memory, backend missing
                 r = dict(shape=s.name, dtype=dt, W=s.W, layout=s.layout, error=str(e))
-            if "error" not in r:
-                fb = 2 * r["x_bytes"] / (bw * 1e3)  # µs at copy speed
-                bb = 5 * r["x_bytes"] / (bw * 1e3)
-                r["floor_fwd_us"], r["floor_fwdbwd_us"] = fb, bb
-            results.append(r)
-            if a.json:
-                continue
-            if "error" in r:
-                print("%-34s %-5s %2d %-7s | ERROR %s" % (s.name, dt, s.W, s.layout, r["error"]))
-                continue
-
-            def cell(key, floor):
-                v = r.get(key)
-                return ("%10.1f %5.2f" % (v, floor / v)) if v else "%10s %5s" % ("-", "-")
-
-            print("%-34s %-5s %2d %-7s | %s %s | %s %s" % (
-                s.name, dt, s.W, s.layout, cell("fwd_us", fb), cell("fwdbwd_us", bb),
-                cell("torch_fwd_us", fb), cell("torch_fwdbwd_us", bb)))
-            sys.stdout.flush()
+            if cli is not None:
+                r["cli"] = cli_case(cli, s, dt, device, a.threads)
+            elif cli_saved is not None:
+                r["cli"] = cli_saved.get((s.name, dt, s.W, s.layout))
+            finish(r)
+    if not custom and not a.no_compile and not a.overhead_only:
+        small = [s for s in shapes if (s.B, s.T, s.D) == SMALL][0]
+        try:
+            r = bench_compiled(small, "bf16", device, budget, a.compile_mode)
+        except Exception as e:  # noqa: BLE001  (a compiler failure is reported, not fatal)
+            r = dict(shape=small.name + " compiled", dtype="bf16", W=small.W,
+                     layout=small.layout, error="%s: %s" % (type(e).__name__, e))
+        finish(r)
+    overhead = None
+    if not custom and not a.no_overhead:
+        overhead = host_overhead(device, budget)
+        if not a.json:
+            print_overhead(overhead, device)
     if a.json:
         print(json.dumps(dict(device=devname, torch=torch.__version__, copy_GBps=bw,
-                              library=shortconv.library_path, results=results), indent=1))
+                              library=shortconv.library_path, cli=cli or a.cli_json,
+                              results=results, host_overhead=overhead), indent=1))
     return 1 if any("error" in r for r in results) else 0
 
 

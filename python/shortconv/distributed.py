@@ -24,7 +24,7 @@ only device collectives.  Without a context, each call builds one (one all-gathe
 import torch
 import torch.distributed as dist
 
-from . import _ops
+from . import _layout, _ops
 from ._lib import FLOAT_CODES, INDEX_CODES
 from ._ops import activation_code
 
@@ -718,8 +718,13 @@ if HAS_CP_CUSTOM_OPS:
         B, T, D = x.shape
         sdt, edt = _dtypes(x, h0)
         ht = x.new_empty((pat.N, D, S), dtype=sdt) if ofs else _empty(x, sdt)
-        E = x.new_empty((B, D, S), dtype=edt) if pat.carry else _empty(x, edt)
-        return torch.empty_like(x), ht, E
+        if not pat.carry:
+            E = _empty(x, edt)
+        elif pat.hn < S:  # initial_state's tail ++ the halo: a fresh concatenation
+            E = x.new_empty((B, D, S), dtype=edt)
+        else:  # the halo [S, B, D] viewed as [B, D, S] (_forward)
+            E = x.new_empty((S, B, D), dtype=edt).permute(1, 2, 0)
+        return _layout.like_x(x), ht, E
 
     @torch.library.custom_op(
         "shortconv::cp_bwd", mutates_args=(),
@@ -744,10 +749,11 @@ if HAS_CP_CUSTOM_OPS:
     def _cp_bwd_fake(x, weight, bias, h0, E, cu_local, own_start, dy, dht, pattern, group, S, act,
                      ofs, need_dx, need_dw, need_db, need_dh0):
         sdt = h0.dtype if h0 is not None else x.dtype
-        return (torch.empty_like(x) if need_dx else _empty(x, x.dtype),
-                torch.empty_like(weight) if need_dw else _empty(x, weight.dtype),
-                torch.empty_like(bias) if need_db else _empty(x, weight.dtype),
-                torch.empty_like(h0) if need_dh0 else _empty(x, sdt))
+        # the layouts _backward returns (_layout.py): dx like x, the others contiguous
+        return (_layout.like_x(x) if need_dx else _empty(x, x.dtype),
+                _layout.like_contiguous(weight) if need_dw else _empty(x, weight.dtype),
+                _layout.like_contiguous(bias) if need_db else _empty(x, weight.dtype),
+                _layout.like_contiguous(h0) if need_dh0 else _empty(x, sdt))
 
     def _cp_setup(ctx, inputs, output):
         (x, weight, bias, residual, h0, cu_local, _own_final, own_start, pattern, group, S, act,

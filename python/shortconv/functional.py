@@ -29,6 +29,7 @@ if getattr(_forward_ad, "_current_level", None) is None:
         _current_level = -1
 
 _Tensor = torch.Tensor
+_grad_enabled = torch.is_grad_enabled
 _increment_version = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
 if _increment_version is None:  # torch < 2.1
     def _increment_version(t):
@@ -41,13 +42,6 @@ if _increment_version is None:  # torch < 2.1
 def _flatten_heads(t):
     # [B, T, H, Dh] -> [B, T, H*Dh]: a view when H's stride is Dh times Dh's.
     return t.flatten(2) if t.dim() > 3 else t
-
-
-def _needs_grad(*tensors):
-    for t in tensors:
-        if t is not None and t.requires_grad:
-            return True
-    return False
 
 
 def _check_seq_idx(x, initial_state, seq_idx, cu_seqlens, cp_context):
@@ -150,8 +144,10 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
         return _from_cp_context(x, weight, bias, residual, initial_state, output_final_state,
                                 activation, cu_seqlens, state_len, cp_context)
     act = activation_code(activation, where)
-    shape = x.shape
-    x = _flatten_heads(x)
+    heads = None
+    if x.dim() > 3:  # [B, T, H, Dh] -> [B, T, H*Dh]; y is viewed back
+        heads = x.shape
+        x = x.flatten(2)
     if residual is not None:
         residual = _flatten_heads(residual)
     # W beyond int32 is an error when the call is built (Call); S is bounded here, before
@@ -174,23 +170,30 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
         rows = _seq_idx_rows(initial_state, output_final_state, seq_idx)
 
     forward_ad = _forward_ad._current_level >= 0
+    final_state = None
     if _ops.use_custom_op() and not forward_ad:
         y, final_state = torch.ops.shortconv.causal_conv1d_fwd(
             x, weight, bias, residual, initial_state, cu_seqlens, state_len, act,
             output_final_state, seq_idx, rows)
         if not output_final_state:
             final_state = None
-    elif forward_ad or (torch.is_grad_enabled()
-                        and _needs_grad(x, weight, bias, residual, initial_state)):
-        y, final_state = _ops.CausalConv1dFunction.apply(
-            x, weight, bias, residual, initial_state, cu_seqlens, state_len, act,
-            output_final_state, seq_idx, rows)
+    elif forward_ad or (_grad_enabled() and (
+            x.requires_grad or weight.requires_grad
+            or (bias is not None and bias.requires_grad)
+            or (residual is not None and residual.requires_grad)
+            or (initial_state is not None and initial_state.requires_grad))):
+        # (y, final_state), or y alone: an output autograd need not track
+        y = _ops.CausalConv1dFunction.apply(x, weight, bias, residual, initial_state,
+                                            cu_seqlens, state_len, act, output_final_state,
+                                            seq_idx, rows)
+        if output_final_state:
+            y, final_state = y
     else:
         y, final_state = _ops.forward_impl(x, weight, bias, residual, initial_state, cu_seqlens,
                                            state_len, act, output_final_state, seq_idx=seq_idx,
                                            state_rows=rows)
-    if y.shape != shape:
-        y = y.view(shape)
+    if heads is not None:
+        y = y.view(heads)
     return y, final_state
 
 

@@ -1,4 +1,8 @@
 """Shared helpers for the Python tests: tolerances, random problems, comparisons."""
+import contextlib
+import ctypes
+import struct
+
 import torch
 
 # ||out - ref|| / ||ref|| limits (CONTRIBUTING.md, "Standards").
@@ -63,3 +67,41 @@ def make_problem(B=2, T=7, D=5, W=4, S=None, dtype=torch.float64, lengths=None, 
             if p[k] is not None:
                 p[k].requires_grad_(True)
     return p
+
+
+def contiguous_strides(shape):
+    """torch's strides for a contiguous tensor of this shape."""
+    return torch.empty(shape, device="meta").stride()
+
+
+@contextlib.contextmanager
+def library_calls():
+    """Record what each sc_forward / sc_backward call receives: a list of
+    (direction, {field: (data_ptr, shape, strides)}) for the tensors present, read back from
+    the sc_conv_args bytes handed to the C library (so a copy anywhere above is visible)."""
+    from shortconv import _lib
+
+    calls = []
+    desc = struct.Struct("<Qii%dq%dq" % (_lib._MAX_DIMS, _lib._MAX_DIMS))
+
+    def read(args):
+        out = {}
+        for field in _lib.TENSOR_FIELDS + getattr(_lib, "TENSOR_FIELDS_AFTER_PAD", ()):
+            v = desc.unpack(ctypes.string_at(args + _lib.OFF[field], desc.size))
+            ptr, nd = v[0], v[2]
+            if nd:
+                out[field] = (ptr, tuple(v[3:3 + nd]), tuple(v[3 + _lib._MAX_DIMS:][:nd]))
+        return out
+
+    def wrap(direction, fn):
+        def run(args, err):
+            calls.append((direction, read(args)))
+            return fn(args, err)
+        return run
+
+    saved = _lib._sc_forward, _lib._sc_backward
+    _lib._sc_forward, _lib._sc_backward = wrap("fwd", saved[0]), wrap("bwd", saved[1])
+    try:
+        yield calls
+    finally:
+        _lib._sc_forward, _lib._sc_backward = saved

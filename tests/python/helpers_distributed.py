@@ -193,9 +193,16 @@ def run_case(c, rank, world, context=None, via=None):
         x = _leaf(x.detach()[0])
         res = _leaf(res.detach()[0]) if res is not None else None
     x_in = x
+    layout = {}
     if c.get("channel_major"):  # x a [B, T, D] view of [B, D, T] memory
         x = _leaf(x.detach().transpose(1, 2).contiguous())
         x_in = x.transpose(1, 2)
+        layout["x"] = significant_strides(x_in)
+
+        def record_dx(g):  # the gradient arriving at x_in: the op's dx
+            layout["dx"] = significant_strides(g)
+
+        x_in.register_hook(record_dx)
     kw = dict(initial_state=h0, output_final_state=c["ofs"], activation=c["act"],
               state_len=c["S"])
     if via == "cp_context":
@@ -204,6 +211,7 @@ def run_case(c, rank, world, context=None, via=None):
         y, ht = scd.causal_conv1d(x_in, w, b, res, context=context, **kw)
     else:
         y, ht = scd.causal_conv1d(x_in, w, b, res, cu_seqlens=p["cu"], **kw)
+    layout["y"] = significant_strides(y)
     ins = [t for t in (x, w, b, res, h0) if t is not None]
     gy = p["GY"][:, sl].reshape(y.shape)
     outs, gouts = [y], [gy]
@@ -240,7 +248,12 @@ def run_case(c, rank, world, context=None, via=None):
         rg.append(p["ght"].to(torch.float64).sum(0).to(htr.dtype))
     rgrads = dict(zip(names, torch.autograd.grad(routs, rins, rg, allow_unused=True)))
     return dict(y=y, ht=ht, grads=got, sums=sums, yr=yr[:, sl].reshape(y.shape), htr=htr,
-                rgrads=rgrads, sl=sl)
+                rgrads=rgrads, sl=sl, layout=layout)
+
+
+def significant_strides(t):
+    """Strides of the dims with more than one element (the others address nothing)."""
+    return tuple(s if n > 1 else None for n, s in zip(t.shape, t.stride()))
 
 
 def assert_case(c, out):
@@ -248,6 +261,9 @@ def assert_case(c, out):
     what = "case %s" % ({k: (str(v) if isinstance(v, torch.dtype) else v) for k, v in c.items()},)
     y, yr = out["y"], out["yr"]
     assert torch.equal(y, yr), "%s: y differs (max %g)" % (what, (y - yr).abs().max())
+    lay = out["layout"]
+    if "x" in lay:  # y and dx in x's layout (channel-major shards)
+        assert lay["y"] == lay["x"] and lay["dx"] == lay["x"], "%s: %s" % (what, lay)
     if c["ofs"]:
         assert torch.equal(out["ht"], out["htr"]), "%s: final_state differs" % what
     else:
@@ -599,3 +615,41 @@ def check_compile(rank, world):
     assert torch.equal(lc, le) and torch.equal(lp, le)
     for a, b, c2 in zip(gc, ge, gp):
         assert torch.equal(a, b) and torch.equal(c2, b)
+    _check_cp_fakes(rank, world)
+
+
+def _check_cp_fakes(rank, world):
+    """The custom ops' fake implementations give the real outputs' shapes, dtypes and
+    strides (what torch.compile plans with): a channel-major x, the halo state as the view
+    the forward returns, the gradients."""
+    import shortconv.distributed as scd
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    if not scd.HAS_CP_CUSTOM_OPS:
+        return
+    B, D, S, W = 2, 5, 4, 4
+    lens = [6] * world  # every shard >= S tokens: the halo fills the state (a strided view)
+    g = torch.Generator().manual_seed(9200)
+    X = torch.randn(B, D, sum(lens), generator=g).to(DEV)
+    off = sum(lens[:rank])
+    x = X[:, :, off:off + lens[rank]].contiguous().transpose(1, 2)  # channel-major shard
+    w, b = torch.randn(D, W, generator=g).to(DEV), torch.randn(D, generator=g).to(DEV)
+    h0 = torch.randn(B, D, S, generator=g).to(DEV)
+    ctx = scd.build_context(x, None, kernel_size=W, state_len=S)
+    pat = ctx.pattern(S, W)
+    fwd_args = (x, w, b, None, h0, pat.cu_local, pat.own_final, pat.own_start, pat.ints,
+                ctx.group_name, S, 1, True)
+    y, ht, E = torch.ops.shortconv.cp_fwd(*fwd_args)
+    dy = torch.randn(B, D, lens[rank], generator=g).to(DEV).transpose(1, 2)
+    bwd_args = (x, w, b, h0, E, pat.cu_local, pat.own_start, dy, None, pat.ints, ctx.group_name,
+                S, 1, True, True, True, True, True)
+    bwd = torch.ops.shortconv.cp_bwd(*bwd_args)
+    mode = FakeTensorMode()
+    for op, args, real in ((torch.ops.shortconv.cp_fwd, fwd_args, (y, ht, E)),
+                           (torch.ops.shortconv.cp_bwd, bwd_args, bwd)):
+        with mode:
+            fake = op(*[mode.from_tensor(a) if torch.is_tensor(a) else a for a in args])
+        for i, (r, f) in enumerate(zip(real, fake)):
+            got = (tuple(f.shape), f.dtype, significant_strides(f))
+            want = (tuple(r.shape), r.dtype, significant_strides(r))
+            assert got == want, "%s output %d: fake %s, real %s" % (op, i, got, want)
+    assert significant_strides(y) == significant_strides(x) == significant_strides(bwd[0])

@@ -263,3 +263,53 @@ def test_opcheck_of_the_differentiable_backward_op():
     torch.library.opcheck(torch.ops.shortconv.causal_conv1d_bwd.default,
                           (p["x"], p["weight"], p["bias"], p["initial_state"], p["cu_seqlens"],
                            dy, dht, 4, 1, True, True, True, True))
+
+
+def _grads(y, ht, leaves, g):
+    return torch.autograd.grad([y, ht], leaves, [g, torch.ones_like(ht)], retain_graph=True)
+
+
+def test_backward_reuses_the_forward_description_only_while_it_holds():
+    """The backward starts from the forward's description of x, weight, bias and states
+    (one C call and half the Python each way): the same results as a fresh description,
+    again on a retained graph, and described afresh when a saved input's storage was
+    swapped (``.data =``) or an input was a resolved lazy view."""
+    from helpers import library_calls
+
+    p = make_problem(B=2, T=9, D=5, W=4, dtype=torch.float64, seed=90, requires_grad=True)
+    leaves = [p["x"], p["weight"], p["bias"], p["initial_state"]]
+    g = torch.randn(p["x"].shape, dtype=torch.float64)
+    y, ht = shortconv.causal_conv1d(*leaves[:3], initial_state=leaves[3],
+                                    output_final_state=True, activation="silu")
+    ref = [t.detach().clone().requires_grad_() for t in leaves]
+    yr, htr = causal_conv1d_ref(*ref[:3], initial_state=ref[3], output_final_state=True,
+                                activation="silu")
+    want = _grads(yr, htr, ref, g)
+    with library_calls() as calls:
+        first = _grads(y, ht, leaves, g)
+        second = _grads(y, ht, leaves, g)  # the retained graph: the description again
+    for a, b, e in zip(first, second, want):
+        assert torch.equal(a, b)
+        assert_close(a, e)
+    (_, c1), (_, c2) = calls
+    assert c1.keys() == c2.keys() and c1["x"][0] == p["x"].data_ptr()
+    for field in c1:  # the inputs' descriptions equal, the outputs' new tensors alike
+        assert c1[field][1:] == c2[field][1:]
+        assert field not in ("x", "weight", "bias", "initial_state") or c1[field] == c2[field]
+    # a saved input's storage swapped behind autograd's back: described afresh
+    xs = p["x"].detach().clone().requires_grad_()
+    y2, ht2 = shortconv.causal_conv1d(xs, *leaves[1:3], initial_state=leaves[3],
+                                      output_final_state=True, activation="silu")
+    xs.data = p["x"].detach().clone()  # same values, new memory
+    with library_calls() as calls:
+        swapped = _grads(y2, ht2, [xs] + leaves[1:], g)
+    (_, c3), = calls
+    assert c3["x"][0] == xs.data_ptr() != c1["x"][0]
+    for a, e in zip(swapped, first):
+        assert torch.equal(a, e)
+    # a lazily negated x is resolved into a copy for the forward, described afresh after
+    xn = (-p["x"].detach()).requires_grad_()
+    yn, htn = shortconv.causal_conv1d(torch._neg_view(xn), *leaves[1:3], initial_state=leaves[3],
+                                      output_final_state=True, activation="silu")
+    for a, e in zip(_grads(yn, htn, [xn] + leaves[1:], g), first):
+        assert torch.equal(a.abs(), e.abs())

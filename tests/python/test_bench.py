@@ -1,13 +1,24 @@
-"""python -m shortconv.bench runs (a tiny shape, in-process) and reports sane numbers."""
+"""python -m shortconv.bench: runs (tiny shapes, in-process) and reports what it says it does."""
 import json
+import math
+import stat
+import sys
 
+import pytest
+import torch
+
+import shortconv
 from shortconv import bench
 
 
-def test_bench_smoke(monkeypatch, capsys):
+@pytest.fixture
+def no_copy_bandwidth(monkeypatch):
     monkeypatch.setattr(bench, "copy_GBps", lambda device: 10.0)  # skip the 512 MB copy
+
+
+def test_bench_smoke(no_copy_bandwidth, capsys):
     rc = bench.main(["--device", "cpu", "--shape", "1x64x32", "--seqs", "2", "--states",
-                     "--dtype", "fp32", "--budget", "0.01", "--json"])
+                     "--dtype", "fp32", "--budget", "0.01", "--no-cli", "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     (r,) = out["results"]
@@ -15,11 +26,107 @@ def test_bench_smoke(monkeypatch, capsys):
     for key in ("fwd_us", "fwdbwd_us", "torch_fwd_us", "torch_fwdbwd_us"):
         assert r[key] > 0
     assert abs(r["floor_fwd_us"] - 2 * 64 * 32 * 4 / 1e4) < 1e-9  # 2 x-sized tensors at 10 GB/s
+    assert "cli" not in r and out["host_overhead"] is None  # a --shape run: the table only
+
+
+FAKE_CLI = r"""#!%s
+import json, sys
+with open(%r, "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\n")
+a = sys.argv[1:]
+shape = a[a.index("--shape") + 1]
+print(json.dumps({"backend": "cpu", "copy_GBps": 1.0, "results": [
+    {"shape": "dense " + shape, "dtype": a[a.index("--dtype") + 1], "W": 4, "layout": "token-major",
+     "fwd_us": 12.5, "fwdbwd_us": 40.0, "fwd_frac": 0.5, "fwdbwd_frac": 0.25, "error": ""}]}))
+"""
+
+
+def test_cli_figures_beside(no_copy_bandwidth, monkeypatch, tmp_path, capsys):
+    log = str(tmp_path / "argv")
+    cli = tmp_path / "shortconv"
+    cli.write_text(FAKE_CLI % (sys.executable, log))
+    cli.chmod(cli.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("SHORTCONV_CLI", str(cli))
+    assert bench.find_cli() == str(cli)
+    rc = bench.main(["--device", "cpu", "--shape", "1x64x32", "--layout", "channel", "--dtype",
+                     "fp32", "--width", "3", "--budget", "0.01", "--no-torch", "--threads", "1"])
+    assert rc == 0
+    with open(log) as f:
+        argv = f.read().split()
+    # the CLI runs exactly the row's case
+    for flag, value in (("--backend", "cpu"), ("--shape", "1x64x32"), ("--dtype", "fp32"),
+                        ("--width", "3"), ("--layout", "channel"), ("--threads", "1")):
+        assert argv[argv.index(flag) + 1] == value
+    assert "--json" in argv and "--seqs" not in argv and "--states" not in argv
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("dense 1x64")]
+    assert len(row) == 1 and "12.5  0.50" in row[0] and "40.0  0.25" in row[0]
+
+
+def test_cli_json_is_matched_by_case(no_copy_bandwidth, tmp_path, capsys):
+    saved = tmp_path / "bench.json"
+    saved.write_text(json.dumps({"results": [
+        {"shape": "dense 1x64x32", "dtype": "fp32", "W": 4, "layout": "channel-major",
+         "fwd_us": 7.0, "fwdbwd_us": 9.0, "fwd_frac": 0.1, "fwdbwd_frac": 0.2},
+        {"shape": "dense 1x64x32", "dtype": "fp32", "W": 4, "layout": "token-major",
+         "fwd_us": 1.0, "fwdbwd_us": 2.0, "fwd_frac": 0.3, "fwdbwd_frac": 0.4}]}))
+    rc = bench.main(["--device", "cpu", "--shape", "1x64x32", "--layout", "channel", "--dtype",
+                     "fp32", "--budget", "0.01", "--no-torch", "--cli-json", str(saved),
+                     "--json"])
+    assert rc == 0
+    (r,) = json.loads(capsys.readouterr().out)["results"]
+    assert r["cli"]["fwd_us"] == 7.0 and r["cli"]["layout"] == "channel-major"
+
+
+def test_channel_major_rows_get_a_channel_major_dy():
+    s = bench.Shape("dense", 2, 8, 4, layout="channel")
+    p = bench.make_inputs(s, torch.float32, "cpu", 1, True)
+    assert p["x"].stride() == (32, 1, 8) and p["dy"].stride() == p["x"].stride()
+    assert [t.name for t in bench.default_shapes("cpu", 4) if t.layout == "channel"]
+    assert [t.name for t in bench.default_shapes("cuda", 4) if t.layout == "channel"]
+
+
+def test_host_overhead_times_the_host_path():
+    # validation_only: every call is validated by the library (a bad one still raises) but
+    # nothing is computed
+    from shortconv import _lib
+
+    x = torch.randn(1, 8, 4)
+    w = torch.randn(4, 3)
+    runs = _lib._sc_forward, _lib._sc_backward
+    with bench.validation_only():
+        assert (_lib._sc_forward, _lib._sc_backward) != runs
+        with pytest.raises(shortconv.ShortConvError, match=r"cu_seqlens\[1\]"):
+            shortconv.causal_conv1d(x, w, cu_seqlens=torch.tensor([0, 9], dtype=torch.int32))
+    assert (_lib._sc_forward, _lib._sc_backward) == runs
+    h = bench.host_overhead("cpu", 0.02)
+    assert set(h) == {"host path"}
+    for what in ("fwdbwd", "fwd"):
+        m = h["host path"][what]
+        assert m["ours_us"] > 0 and m["noop_us"] > 0 and m["rounds"] >= 5
+        assert math.isfinite(m["own_us"]) and math.isfinite(m["own_min_us"])
+
+
+def test_compiled_row(monkeypatch):
+    # the row's plumbing with torch.compile stubbed (compiling takes seconds; the compiled
+    # path itself is tests/python/test_compile.py's)
+    seen = {}
+
+    def fake_compile(fn, **kw):
+        seen.update(kw)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", fake_compile, raising=False)  # (torch 1.13: none)
+    s = bench.Shape("small", 1, 32, 16)
+    r = bench.bench_compiled(s, "fp32", "cpu", 0.01, mode="max-autotune")
+    if not shortconv.HAS_CUSTOM_OPS:
+        assert "skipped" in r and not seen
+        return
+    assert seen == dict(fullgraph=True, dynamic=False, mode="max-autotune", backend="inductor")
+    assert r["shape"] == "small compiled" and r["fwd_us"] > 0 and r["fwdbwd_us"] > 0
 
 
 def test_bench_decode_smoke():
     """The decode section on the CPU: both pool layouts, 1 and 1+3 tokens, the floor's bytes."""
-    import torch
     from shortconv import bench_decode
     rows = bench_decode.run("cpu", 0.01, 10.0, torch.float32,
                             cases=[("vllm", 16, 4, 8), ("rows", 16, 1, 1)], out=None)
