@@ -136,3 +136,16 @@ def test_bench_decode_smoke():
     for r in rows:
         assert r["eager_us"] > 0 and r["torch_op_us"] > 0
         assert r["eager_per_torch_op"] == r["eager_us"] / r["torch_op_us"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_bench_decode_cuda_smoke():
+    """The decode section's CUDA figures (graph replays of the step and of the empty kernel,
+    the floor) on two tiny steps: what gpu.sh's pydecode stage prints."""
+    from shortconv import bench_decode
+    rows = bench_decode.run("cuda", 0.01, 1000.0, torch.bfloat16,
+                            cases=[("vllm", 64, 4, 8), ("rows", 64, 1, 8)], out=None)
+    for r in rows:
+        assert r["gpu_us"] > 0 and r["empty_us"] > 0 and r["empty_call_us"] > 0
+        assert r["floor_us"] == r["bytes"] / 1e6 and r["frac"] == r["floor_us"] / r["gpu_us"]
+        assert r["per_empty"] == r["gpu_us"] / r["empty_us"]
