@@ -38,7 +38,7 @@ stage() {  # stage NAME CMD...: run, log to $LOG/NAME.log, record pass/fail and 
 }
 collect() {  # the logs so far into $OUT (when set)
   [ -n "${OUT:-}" ] || return 0
-  for s in build tests memcheck racecheck check bench base_build base_bench pytest pybench; do
+  for s in build tests memcheck racecheck check bench base_build base_bench pytest pybench pydecode; do
     [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
   done >"$OUT/summary.txt"
   tar czf "$OUT/gpu-logs.tar.gz" -C "$LOG" . 2>/dev/null
@@ -68,13 +68,13 @@ CLI=$B/bin/shortconv
 [ -x "$CLI" ] || CLI=$(find "$B" -maxdepth 2 -type f -name shortconv -perm -u+x | head -1)
 
 GPU_FILTER='Cuda.*:*/cuda'
-SAN_FILTER=${GPU_SAN_FILTER:-'Cuda.PackedVector:Cuda.InPlaceDecode:Cuda.GeneralPathWide:Cuda.ChannelMajor:Cuda.StridedViews:Backends/SeqIdx.*/cuda'}
+SAN_FILTER=${GPU_SAN_FILTER:-'Cuda.PackedVector:Cuda.InPlaceDecode:Cuda.GeneralPathWide:Cuda.ChannelMajor:Cuda.StridedViews:Backends/SeqIdx.*/cuda:Cuda.DecodeGraphReplaysWithNewRowsAndCounts'}
 if [ "${GPU_SKIP_TESTS:-0}" != 1 ]; then
   stage tests "$TESTS" --gtest_filter="$GPU_FILTER"
 fi
 if [ "${GPU_SKIP_SAN:-0}" != 1 ]; then
   stage memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" --gtest_filter="$SAN_FILTER"
-  stage racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$TESTS" --gtest_filter='Cuda.PackedVector:Cuda.ChannelMajor'
+  stage racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$TESTS" --gtest_filter='Cuda.PackedVector:Cuda.ChannelMajor:Cuda.InPlaceDecode'
 fi
 if [ "${GPU_SKIP_CHECK:-0}" != 1 ]; then
   stage check "$CLI" check --backend cuda
@@ -98,11 +98,14 @@ if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
   stage pybench env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     "$PY" -m shortconv.bench --device cuda --budget ${GPU_PYBENCH_BUDGET:-0.3} \
     $([ -s "$LOG/bench.json" ] && echo --cli-json "$LOG/bench.json")
+  # the decode section through the PyTorch API: eager vs one torch op, graph replays
+  stage pydecode env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
+    "$PY" -m shortconv.bench --device cuda --decode --budget ${GPU_PYBENCH_BUDGET:-0.3}
 fi
 
 echo
 echo "==== summary ($(date -u +%FT%TZ), $(head -2 "$LOG/gpu.txt" | tail -1))"
-for s in build tests memcheck racecheck check bench base_build base_bench pytest pybench; do
+for s in build tests memcheck racecheck check bench base_build base_bench pytest pybench pydecode; do
   [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
 done
 grep -hE '^\[  FAILED  \]' "$LOG/tests.log" 2>/dev/null | head -20
@@ -110,6 +113,7 @@ grep -h -A12 'Failure' "$LOG/tests.log" 2>/dev/null | cut -c1-400 | head -60
 grep -hE 'ERROR SUMMARY|Race reports|RACECHECK SUMMARY' "$LOG/memcheck.log" "$LOG/racecheck.log" 2>/dev/null
 tail -n 1 "$LOG/pytest.log" 2>/dev/null
 [ -s "$LOG/pybench.log" ] && tail -n 22 "$LOG/pybench.log"
+[ -s "$LOG/pydecode.log" ] && tail -n 34 "$LOG/pydecode.log"
 if [ -s "$LOG/bench.json" ]; then
   python3 - "$LOG/bench.json" "$LOG/bench_base.json" <<'EOF'
 import json, os, sys
@@ -132,6 +136,13 @@ for r in d.get("results", []):
     o = base.get((r.get("shape"), r.get("dtype"), r.get("layout"), r.get("W")))
     if o:
         print(f"{'  baseline':34} {'':5} {'':13} {'':>2} {o.get('fwd_us', 0):9.1f} {'':5} {o.get('fwdbwd_us', 0):9.1f}")
+if d.get("decode"):
+    print(f"decode steps (GPU us from graph replays); empty kernel {d.get('empty_kernel_us') or 0:.2f} us, "
+          f"eager {d.get('empty_kernel_call_us') or 0:.2f} us")
+    print(f"{'rows':5} {'D':>5} {'T':>2} {'batch':>5} {'us':>8} {'/empty':>7} {'frac':>5} {'eager us':>9}")
+    for r in d["decode"]:
+        print(f"{r['rows']:5} {r['D']:5} {r['T']:2} {r['batch']:5} {r.get('us') or 0:8.2f} "
+              f"{r.get('per_empty') or 0:7.2f} {r.get('frac') or 0:5.2f} {r.get('call_us') or 0:9.1f} {r.get('error','')}")
 EOF
 fi
 collect

@@ -32,6 +32,8 @@
 
 #include <omp.h>
 
+#include "bench_clock.hpp"
+#include "bench_decode.hpp"
 #include "cli.hpp"
 #include "core/dtype.hpp"
 #include "harness/harness.hpp"
@@ -68,19 +70,6 @@ struct Result {
   std::string error;
 };
 
-// How long and how often each measurement runs.
-struct Timing {
-  int min_reps;            // timed repetitions at least (after warm-up)
-  int max_reps;            // ... and at most
-  double budget_s;         // stop after min_reps once this much time was spent
-  int64_t rotate_bytes;    // rotate buffer copies until the working set reaches this
-  int max_copies;          // ... with at most this many copies
-};
-constexpr Timing kHostTiming = {5, 50, 0.5, int64_t(128) << 20, 8};
-constexpr Timing kDeviceTiming = {30, 300, 0.5, int64_t(256) << 20, 16};
-constexpr int kGraphCalls = 8;  // CUDA: calls per captured graph (at least; a multiple of the copies)
-static_assert(kHostTiming.min_reps >= 1 && kDeviceTiming.min_reps >= 1, "at least one timed rep");
-
 void usage(FILE* f) {
   std::fprintf(f,
                "usage: shortconv bench [--backend %s] [--json] [options]\n"
@@ -90,7 +79,8 @@ void usage(FILE* f) {
                "SiLU, bias, token-major, bf16 and fp32; measures the memory copy bandwidth in the\n"
                "same run and reports for each result microseconds, GB/s (bytes that must move /\n"
                "time: forward 2 x-sized tensors, forward+backward 5) and the fraction of the\n"
-               "floor (floor time = those bytes / copy bandwidth; 1.0 = copy speed).\n"
+               "floor (floor time = those bytes / copy bandwidth; 1.0 = copy speed).  Then the\n"
+               "decode section (see --decode).\n"
                "\n"
                "default shapes (B x T x D):\n"
                "  cpu:  dense 4x4096x2048; packed 1x16384x2048 in 16 sequences with initial and\n"
@@ -110,7 +100,15 @@ void usage(FILE* f) {
                "  --width W       convolution width (default 4)\n"
                "  --layout L      token (default) or channel (channel-major [B, D, T])\n"
                "  --reps N        timed repetitions at least (default %d on the host, %d on a GPU)\n"
-               "  --threads N     CPU threads for the backend and the copy (default: all)\n",
+               "  --threads N     CPU threads for the backend and the copy (default: all)\n"
+               "  --decode        only the decode section: one decode step of a serving engine\n"
+               "                  (bf16 or --dtype, W=4, a pool of 1024 rows updated in place, D\n"
+               "                  4096 and 8192, batch 1, 8, 64, 256, 1 token or 1+3 speculative\n"
+               "                  tokens, every 8th slot padded, [P, D, S] and vLLM's channel-\n"
+               "                  contiguous rows): us per step (GPU: CUDA-graph replays), the\n"
+               "                  floor of x, y and the state entries read and written, an\n"
+               "                  empty kernel's time in the same run, the eager call\n"
+               "  --no-decode     skip the decode section (--shape skips it too)\n",
                backend_names("|", "|").c_str(), backend_names(", ", " or ").c_str(),
                sc_backend_name(SC_BACKEND_CPU), kHostTiming.min_reps, kDeviceTiming.min_reps);
 }
@@ -173,119 +171,6 @@ Case make_case(const Shape& s, sc_dtype dt, int threads) {
   c.num_threads = threads;
   return c;
 }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-// Median of timed(i) (i = rep index, for rotation; returns microseconds)
-// after one warm-up call, repeated per the timing.
-double measure(const Timing& pol, int min_reps, const std::function<double(int)>& timed, int* reps) {
-  timed(0);  // warm-up (first touch, lazy init, caches)
-  std::vector<double> t;
-  double spent = 0;
-  for (int i = 0; i < pol.max_reps; ++i) {
-    const double us = timed(i + 1);
-    t.push_back(us);
-    spent += us * 1e-6;
-    if (int(t.size()) >= min_reps && spent >= pol.budget_s) break;
-    if (spent >= 4 * pol.budget_s) break;  // a slow backend (the oracle): a few reps suffice
-  }
-  *reps = int(t.size());
-  return median(t);
-}
-
-double host_copy_GBps(int threads) {
-  const size_t bytes = size_t(512) << 20;
-  std::vector<unsigned char> src(bytes, 1), dst(bytes, 0);
-  const int nt = threads > 0 ? threads : omp_get_max_threads();
-  auto once = [&]() {
-    const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int k = 0; k < nt; ++k) {
-      const size_t lo = bytes * size_t(k) / size_t(nt), hi = bytes * size_t(k + 1) / size_t(nt);
-      std::memcpy(dst.data() + lo, src.data() + lo, hi - lo);
-    }
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  once();
-  std::vector<double> t;
-  for (int i = 0; i < 5; ++i) t.push_back(once());
-  return 2.0 * double(bytes) / median(t) / 1e9;  // read + write
-}
-
-#ifdef SHORTCONV_WITH_CUDA
-double device_copy_GBps(cudaStream_t s) {
-  const size_t bytes = size_t(1) << 30;
-  void *a = nullptr, *b = nullptr;
-  if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
-    cudaFree(a);
-    return NAN;
-  }
-  cudaMemsetAsync(a, 1, bytes, s);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<double> t;
-  for (int i = 0; i < 12; ++i) {
-    cudaEventRecord(e0, s);
-    cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s);
-    cudaEventRecord(e1, s);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i >= 2) t.push_back(ms * 1e-3);  // the first two are warm-up
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * double(bytes) / median(t) / 1e9;  // read + write
-}
-
-// GPU time per call: `calls` calls of once(i) captured into one graph on s;
-// the median replay time (after one warm-up replay) divided by calls.
-// Returns NAN (message in *msg) when capture or replay fails.
-double graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol, int min_reps,
-                int calls, const std::function<void(int)>& once, int* reps, std::string* msg) {
-  cudaGraph_t g = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-    *msg = "cudaStreamBeginCapture failed";
-    return NAN;
-  }
-  for (int i = 0; i < calls; ++i) once(i);
-  cudaError_t e = cudaStreamEndCapture(s, &g);
-  if (e == cudaSuccess) e = cudaGraphInstantiate(&ge, g, 0);
-  if (e != cudaSuccess) {
-    *msg = std::string("graph capture: ") + cudaGetErrorString(e);
-    if (g) cudaGraphDestroy(g);
-    return NAN;
-  }
-  auto replay = [&](int) {
-    cudaEventRecord(e0, s);
-    cudaGraphLaunch(ge, s);
-    cudaEventRecord(e1, s);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    return double(ms) * 1e3;
-  };
-  Timing p = pol;
-  p.budget_s = pol.budget_s * calls;  // measure() counts replay time; keep the per-call budget
-  const double us = measure(p, min_reps, replay, reps) / calls;
-  e = cudaGetLastError();
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  if (e != cudaSuccess) {
-    *msg = std::string("graph replay: ") + cudaGetErrorString(e);
-    return NAN;
-  }
-  return us;
-}
-#endif
 
 // ---- the run's settings ---------------------------------------------------------
 
@@ -379,77 +264,6 @@ int parse_settings(const Options& opt, Settings* st) {
   st->shapes.push_back(s);
   return -1;
 }
-
-// ---- timing -------------------------------------------------------------------------
-
-// Times calls on the run's backend and measures the copy bandwidth they are
-// compared with: steady_clock and memcpy on the host; on a GPU, events on
-// one stream and a device-to-device copy (and, in bench_one, graph replays).
-class Clock {
- public:
-  Clock(bool device, int threads, Timing* timing) : device_(device) {
-#ifdef SHORTCONV_WITH_CUDA
-    if (device_) {
-      cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
-      cudaEventCreate(&e0);
-      cudaEventCreate(&e1);
-      copy_GBps = device_copy_GBps(cs);
-      // rotate buffer copies until the working set is 4x the L2 (inputs never timed from L2)
-      int dev = 0, l2 = 0;
-      if (cudaGetDevice(&dev) == cudaSuccess &&
-          cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) == cudaSuccess && l2 > 0)
-        timing->rotate_bytes = std::max<int64_t>(timing->rotate_bytes, 4 * int64_t(l2));
-      return;
-    }
-#endif
-    (void)timing;
-    copy_GBps = host_copy_GBps(threads);
-  }
-  ~Clock() {
-#ifdef SHORTCONV_WITH_CUDA
-    if (device_) {
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
-      cudaStreamDestroy(cs);
-    }
-#endif
-  }
-  Clock(const Clock&) = delete;
-  Clock& operator=(const Clock&) = delete;
-
-  double copy_GBps = NAN;  // read + write
-  void* stream() const {
-#ifdef SHORTCONV_WITH_CUDA
-    return cs;
-#else
-    return nullptr;
-#endif
-  }
-  // Microseconds f() takes: on a GPU, between events on the stream.
-  double time(const std::function<void()>& f) const {
-#ifdef SHORTCONV_WITH_CUDA
-    if (device_) {
-      cudaEventRecord(e0, cs);
-      f();
-      cudaEventRecord(e1, cs);
-      cudaEventSynchronize(e1);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      return double(ms) * 1e3;
-    }
-#endif
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  }
-#ifdef SHORTCONV_WITH_CUDA
-  cudaStream_t cs = nullptr;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-#endif
-
- private:
-  bool device_;
-};
 
 // One shape and dtype: forward and forward+backward times (and, on a GPU,
 // graph-replay GPU times with the eager ones kept as *_call_us).
@@ -548,7 +362,8 @@ void print_row(const Result& r, const Settings& st, double copy_GBps) {
   std::fflush(stdout);
 }
 
-void print_json(const std::vector<Result>& results, const Settings& st, double copy_GBps) {
+void print_json(const std::vector<Result>& results, const Settings& st, double copy_GBps,
+                const DecodeRun* decode) {
   std::printf("{\"backend\": %s, \"threads\": %lld, \"copy_GBps\": %s, \"results\": [",
               json_str(st.bname).c_str(), (long long)st.threads, json_num(copy_GBps).c_str());
   for (size_t i = 0; i < results.size(); ++i) {
@@ -569,14 +384,37 @@ void print_json(const std::vector<Result>& results, const Settings& st, double c
                 r.fwdbwd_reps, json_num(r.fwd_call_us).c_str(), json_num(r.fwdbwd_call_us).c_str(),
                 json_str(r.error).c_str());
   }
-  std::printf("\n]}\n");
+  std::printf("\n]%s%s}\n", decode ? ", " : "", decode ? decode_json(*decode, copy_GBps).c_str() : "");
+}
+
+// --decode / --no-decode / --shape: which sections run.
+struct Sections {
+  bool prefill = true, decode = true;
+};
+Sections sections(const Options& opt) {
+  Sections s;
+  if (opt.has("--decode")) s.prefill = false;
+  if (opt.has("--no-decode") || opt.has("--shape")) s.decode = false;
+  return s;
+}
+
+DecodeSettings decode_settings(const Options& opt, const Settings& st) {
+  DecodeSettings d;
+  d.backend = st.backend;
+  d.device = st.device;
+  d.threads = int(st.threads);
+  d.reps = st.reps;
+  std::vector<sc_dtype> dts;
+  if (opt.has("--dtype") && parse_dtype(opt.get("--dtype", ""), &dts)) d.dtype = dts.front();
+  d.shapes = default_decode_shapes();
+  return d;
 }
 
 }  // namespace
 
 int bench_main(int argc, char** argv) {
   Options opt;
-  opt.flags = {"--json", "--help", "-h", "--states"};
+  opt.flags = {"--json", "--help", "-h", "--states", "--decode", "--no-decode"};
   opt.valued = {"--backend", "--shape", "--seqs", "--dtype", "--width", "--layout", "--reps",
                 "--threads"};
   if (int rc = parse_command_line(opt, argc, argv, "bench", usage); rc >= 0) return rc;
@@ -587,9 +425,10 @@ int bench_main(int argc, char** argv) {
 
   Timing pol = st.device ? kDeviceTiming : kHostTiming;
   const Clock clock(st.device, int(st.threads), &pol);
+  const Sections sec = sections(opt);
   std::vector<Result> results;
   bool any_error = false;
-  for (const Shape& s : st.shapes)
+  for (const Shape& s : sec.prefill ? st.shapes : std::vector<Shape>{})
     for (sc_dtype dt : s.dtypes) {
       results.push_back(bench_one(s, dt, st, pol, clock));
       any_error = any_error || !results.back().error.empty();
@@ -597,7 +436,17 @@ int bench_main(int argc, char** argv) {
       if (results.size() == 1) print_header(st, clock.copy_GBps);
       print_row(results.back(), st, clock.copy_GBps);
     }
-  if (st.json) print_json(results, st, clock.copy_GBps);
+  DecodeRun decode;
+  if (sec.decode) {
+    const DecodeSettings ds = decode_settings(opt, st);
+    decode = bench_decode(ds, pol, clock, [&](const DecodeRun& run) {
+      if (st.json) return;
+      if (run.results.size() == 1) print_decode_header(ds, clock.copy_GBps, run);
+      print_decode_row(run.results.back(), ds, clock.copy_GBps, run);
+    });
+    for (const DecodeResult& r : decode.results) any_error = any_error || !r.error.empty();
+  }
+  if (st.json) print_json(results, st, clock.copy_GBps, sec.decode ? &decode : nullptr);
   return any_error ? 1 : 0;
 }
 

@@ -65,7 +65,7 @@ typedef enum sc_dtype {
   SC_F16 = 1,
   SC_BF16 = 2,
   SC_F64 = 3,
-  SC_I32 = 4, /* cu_seqlens, state indices, ring offsets and seq_idx only */
+  SC_I32 = 4, /* cu_seqlens, state indices, ring offsets, seq_idx and the serving indices only */
   SC_I64 = 5,
   SC_BOOL = 6 /* one byte, 0 or 1: has_initial_state only */
 } sc_dtype;
@@ -164,8 +164,31 @@ typedef struct sc_conv_args {
    * of one id within a row is a sequence, a negative id a padding token
    * (y = 0, dx = 0, feeds nothing).  State tensors are then pools [P, D, S]
    * whose row i belongs to id i.  Not combined with cu_seqlens, the state
-   * indices, has_initial_state or ring_offsets. */
+   * indices, has_initial_state, ring_offsets or the serving arguments below. */
   sc_tensor seq_idx;           /* [B, T] int32/int64, optional */
+
+  /* Serving steps of inference engines (docs/semantics.md section 5), forward
+   * only (the backward returns SC_ERR_UNSUPPORTED when one is present): */
+  sc_tensor num_accepted;  /* [N] int32/int64, optional: speculative decoding.  The window
+                              is the W-1 row entries from num_accepted[n] - 1 and the row's
+                              first (W-2) + L_n entries become the newest ones (vLLM's
+                              num_accepted_tokens) */
+  sc_tensor parent_tokens; /* [N, M] int32/int64, optional: tree drafts.  Token t >= 1 of
+                              sequence n follows its parent parent_tokens[n, t] in [0, t),
+                              token 0 the state (vLLM's retrieve_parent_token) */
+  /* Block tables (vLLM's prefix-caching addressing), all three or none, instead of
+   * initial_state_indices / final_state_indices: sequence n reads pool row
+   * block_table[n, initial_block[n]] and writes row block_table[n, final_block[n]]. */
+  sc_tensor block_table;     /* [N, M] int32/int64 */
+  sc_tensor initial_block;   /* [N] int32/int64 (vLLM's initial_state_idx) */
+  sc_tensor final_block;     /* [N] (vLLM's block_idx_last_scheduled_token) */
+  /* Prefix caching, with a block table, all three or none: the state at the k-th block
+   * boundary (absolute position m * block_size) strictly inside the chunk is also
+   * written, to row block_table[n, first_block[n] + k]. */
+  sc_tensor first_block;     /* [N] (vLLM's block_idx_first_scheduled_token) */
+  sc_tensor computed_tokens; /* [N] >= 0: the chunk's first absolute position
+                                (vLLM's num_computed_tokens) */
+  int64_t block_size;        /* >= 1 (vLLM's block_size_to_align); 0: no snapshots */
 
   sc_exec exec;
 } sc_conv_args;

@@ -128,10 +128,10 @@ TENSOR_FIELDS = (
     "dy", "dfinal_state", "dx", "dweight", "dbias", "dinitial_state",
     "has_initial_state", "ring_offsets",
 )
-
-
-# Tensor fields after pad_index (sequence ids).
+# Tensor fields after pad_index (sequence ids), then the serving group (forward only).
 TENSOR_FIELDS_AFTER_PAD = ("seq_idx",)
+SERVING_FIELDS = ("num_accepted", "parent_tokens", "block_table", "initial_block", "final_block",
+                  "first_block", "computed_tokens")
 
 
 class _Args(ctypes.Structure):
@@ -141,16 +141,19 @@ class _Args(ctypes.Structure):
         + [(name, _Tensor) for name in TENSOR_FIELDS]
         + [("pad_index", ctypes.c_int64)]
         + [(name, _Tensor) for name in TENSOR_FIELDS_AFTER_PAD]
-        + [("exec", _Exec)]
+        + [(name, _Tensor) for name in SERVING_FIELDS]
+        + [("block_size", ctypes.c_int64), ("exec", _Exec)]
     )
 
 
 ARGS_SIZE = ctypes.sizeof(_Args)
-OFF = {name: getattr(_Args, name).offset for name in TENSOR_FIELDS + TENSOR_FIELDS_AFTER_PAD}
+OFF = {name: getattr(_Args, name).offset
+       for name in TENSOR_FIELDS + TENSOR_FIELDS_AFTER_PAD + SERVING_FIELDS}
 _SCALARS_OFF = _Args.width.offset
 _EXEC_OFF = _Args.exec.offset
 _PAD_OFF = _Args.pad_index.offset
-_PAD_PACK = struct.Struct("<q").pack_into  # pad_index
+_PAD_PACK = struct.Struct("<q").pack_into  # pad_index, block_size
+_BLOCK_SIZE_OFF = _Args.block_size.offset
 _WORKSPACE_OFF = _EXEC_OFF + _Exec.workspace.offset
 WS_OFF = (ARGS_SIZE + 7) // 8 * 8
 ERR_OFF = WS_OFF + 8
@@ -478,10 +481,42 @@ class Call:
         self._describe(field, t, tuple(shape), contiguous_strides(shape))
         return t
 
+    # ---- one token per sequence: [N, D] described as [N, 1, D] ----
+    # (the view unsqueeze(1) would make, without making it: a decode step's x, residual, y)
+    def _describe_tokens(self, field, ptr, code, shape, strides):
+        n, d = shape
+        sn, sd = strides
+        _TENSOR_PACK[3](self.buf, OFF[field], ptr, code, 3, n, 1, d, sn, d * sd, sd)
+
+    def set_tokens(self, field, t):
+        """set() for a 2-D [N, D] input (every check; a lazy view resolved into a copy),
+        described as [N, 1, D].  Returns set()'s (shape, strides, data pointer)."""
+        seen = shape, strides, ptr = self.set(field, t)
+        if strides is None:  # a resolved copy (kept in self.keep until the call ends)
+            strides = self.keep[-1].stride()
+        self._describe_tokens(field, ptr, FLOAT_CODES[t.dtype], shape, strides)
+        return seen
+
+    def out_tokens(self, field, x, x_layout):
+        """y of a one-token step: out_like_x's tensor ([N, D] like x), described as
+        [N, 1, D]; x_layout is set_tokens()'s for x."""
+        shape, strides, _ = x_layout
+        t = _empty_like(x)
+        if strides is None or not x.is_contiguous():  # else exactly x's strides
+            strides = t.stride()
+        self._describe_tokens(field, t.data_ptr(), FLOAT_CODES[t.dtype], shape, strides)
+        self.sig.append((field, shape))
+        return t
+
     def set_pad_index(self, pad):
         """The state index that means "no row" besides -1 (an engine's pad slot id)."""
         _PAD_PACK(self.buf, _PAD_OFF, pad)
         self.sig.append(pad)
+
+    def set_block_size(self, block_size):
+        """Prefix caching's block size (block boundaries get state snapshots)."""
+        _PAD_PACK(self.buf, _BLOCK_SIZE_OFF, block_size)
+        self.sig.append(("block_size", block_size))
 
     def _raise(self, status):
         msg = ctypes.string_at(self.base + ERR_OFF).decode(errors="replace")
@@ -540,7 +575,24 @@ class Call:
             return
 
     def run_forward(self):
-        self._run(0, _sc_forward_ws, _sc_forward)
+        """sc_forward.  A CUDA forward needs no workspace (its size is 0 for every problem),
+        so it runs without the size query or the signature lookup of _run; a host forward
+        takes _run's remembered size (and a CUDA forward that reports SC_ERR_WORKSPACE
+        after all, before writing anything, is redone that way)."""
+        if self.cuda_index < 0:
+            return self._run(0, _sc_forward_ws, _sc_forward)
+        if self.cuda_index != _current_device():
+            with torch.cuda.device(self.cuda_index):
+                return self._forward_cuda()
+        return self._forward_cuda()
+
+    def _forward_cuda(self):
+        base = self.base
+        status = _sc_forward(base, base + ERR_OFF)  # (exec.workspace: NULL, 0 bytes)
+        if status == SC_ERR_WORKSPACE:
+            return self._run_here(0, _sc_forward_ws, _sc_forward)
+        if status:
+            self._raise(status)
 
     def run_backward(self):
         self._run(1, _sc_backward_ws, _sc_backward)

@@ -192,18 +192,27 @@ def _backward_from(snapshot, seen, x, weight, bias, initial_state, cu_seqlens, d
 
 
 def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
-                has_initial_state=None, cache_seqlens=None, pad_slot_id=-1,
-                where="shortconv.causal_conv1d_update"):
+                has_initial_state=None, cache_seqlens=None, pad_slot_id=-1, num_accepted=None,
+                parent_tokens=None, block_table=None, initial_block=None, final_block=None,
+                first_block=None, computed_tokens=None, block_size=0,
+                where="shortconv.causal_conv1d_update", one_token=False):
     """y [like x]; cache (a state [N, D, S] or pool [P, D, S]) updated in place.
     has_initial_state [N] (false: zero state read), cache_seqlens [N] (ring rows),
-    pad_slot_id: docs/semantics.md section 5."""
+    pad_slot_id, num_accepted [N] (speculative rows), parent_tokens [N, M] (tree drafts),
+    block_table [N, M] with initial_block / final_block [N] (rows through a table) and
+    first_block / computed_tokens [N] with block_size (prefix-caching snapshots):
+    docs/semantics.md section 5.  one_token: x, residual (and y) are [N, D], one token per
+    sequence, described to the library as [N, 1, D] (no view made)."""
     c = Call(where, x, _width(weight), -1, activation, _CACHE_NAMES)
-    x_layout = c.set("x", x)
+    x_layout = c.set_tokens("x", x) if one_token else c.set("x", x)
     c.set("weight", weight)
     if bias is not None:
         c.set("bias", bias)
     if residual is not None:
-        c.set("residual", residual)
+        if one_token:
+            c.set_tokens("residual", residual)
+        else:
+            c.set("residual", residual)
     if cu_seqlens is not None:
         c.set("cu_seqlens", cu_seqlens, INDEX_CODES)
     c.set("final_state", cache, output=True)
@@ -211,13 +220,28 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
     if cache_indices is not None:
         c.set("initial_state_indices", cache_indices, INDEX_CODES)
         c.set_out("final_state_indices", cache_indices, INDEX_CODES)
+    if block_table is not None or initial_block is not None or final_block is not None:
+        for field, t in (("block_table", block_table), ("initial_block", initial_block),
+                         ("final_block", final_block)):
+            if t is not None:
+                c.set(field, t, INDEX_CODES)
+    if first_block is not None:
+        c.set("first_block", first_block, INDEX_CODES)
+    if computed_tokens is not None:
+        c.set("computed_tokens", computed_tokens, INDEX_CODES)
+    if block_size:
+        c.set_block_size(block_size)
     if has_initial_state is not None:
         c.set("has_initial_state", has_initial_state, FLAG_CODES)
     if cache_seqlens is not None:
         c.set("ring_offsets", cache_seqlens, INDEX_CODES)
+    if num_accepted is not None:
+        c.set("num_accepted", num_accepted, INDEX_CODES)
+    if parent_tokens is not None:
+        c.set("parent_tokens", parent_tokens, INDEX_CODES)
     if pad_slot_id != -1:
         c.set_pad_index(pad_slot_id)
-    y = c.out_like_x("y", x, x_layout)
+    y = c.out_tokens("y", x, x_layout) if one_token else c.out_like_x("y", x, x_layout)
     c.run_forward()
     return y
 
@@ -486,15 +510,25 @@ if HAS_CUSTOM_OPS:
         "shortconv::causal_conv1d_update", mutates_args=("cache",),
         schema="(Tensor x, Tensor(a!) cache, Tensor weight, Tensor? bias, Tensor? residual, "
                "Tensor? cache_indices, Tensor? cu_seqlens, int activation, "
-               "Tensor? has_initial_state, Tensor? cache_seqlens, int pad_slot_id) -> Tensor")
+               "Tensor? has_initial_state, Tensor? cache_seqlens, int pad_slot_id, "
+               "Tensor? num_accepted=None, Tensor? parent_tokens=None, "
+               "Tensor? block_table=None, Tensor? initial_block=None, Tensor? final_block=None, "
+               "Tensor? first_block=None, Tensor? computed_tokens=None, int block_size=0) "
+               "-> Tensor")  # (the serving arguments default to absent: the older schema's calls)
     def _update_op(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
-                   has_initial_state, cache_seqlens, pad_slot_id):
+                   has_initial_state, cache_seqlens, pad_slot_id, num_accepted=None,
+                   parent_tokens=None, block_table=None, initial_block=None, final_block=None,
+                   first_block=None, computed_tokens=None, block_size=0):
         return update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
-                           has_initial_state, cache_seqlens, pad_slot_id)
+                           has_initial_state, cache_seqlens, pad_slot_id, num_accepted,
+                           parent_tokens, block_table, initial_block, final_block, first_block,
+                           computed_tokens, block_size)
 
     @_update_op.register_fake
     def _update_fake(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
-                     has_initial_state, cache_seqlens, pad_slot_id):
+                     has_initial_state, cache_seqlens, pad_slot_id, num_accepted=None,
+                     parent_tokens=None, block_table=None, initial_block=None, final_block=None,
+                     first_block=None, computed_tokens=None, block_size=0):
         return like_x(x)
 
 else:

@@ -30,6 +30,7 @@ host overhead.
   CPU the kernels run in the calling thread, so the row is measured with the library
   validating every call but computing nothing (the host path alone: every Python step,
   the C validation, the allocations).  On a GPU both are reported.
+- --decode: the decode section instead (shortconv/bench_decode.py).
 """
 
 import argparse
@@ -451,6 +452,11 @@ def main(argv=None):
                     help="only the host overhead (no table, no compiled row)")
     ap.add_argument("--threads", type=int, help="CPU: torch.set_num_threads")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    ap.add_argument("--decode", action="store_true",
+                    help="only the decode section (shortconv.bench_decode): one decode step on "
+                         "a pool of 1024 rows, eager and (GPU) graph-replay times against a torch "
+                         "elementwise op, the floor and an empty kernel; with --shape BxTxD one "
+                         "step of B sequences of T tokens of D channels")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -472,6 +478,19 @@ def main(argv=None):
     cli = None if a.no_cli or a.cli_json else find_cli()
     cli_saved = cli_from_json(a.cli_json) if a.cli_json else None
     bw = copy_GBps(device)
+    if a.decode:
+        from . import bench_decode
+        dtype = DTYPES[a.dtype] if a.dtype else torch.bfloat16
+        cases = None
+        if a.shape:  # one step: batch x tokens x D, both pool layouts
+            B, T, D = (int(v) for v in a.shape.lower().split("x"))
+            cases = [(layout, D, T, B) for layout in ("vllm", "rows")]
+        rows = bench_decode.run(device, budget, bw, dtype, cases=cases,
+                                out=None if a.json else print)
+        if a.json:
+            print(json.dumps(dict(device=device, torch=torch.__version__, copy_GBps=bw,
+                                  library=shortconv.library_path, decode=rows), indent=1))
+        return 0
     devname = torch.cuda.get_device_name() if device == "cuda" else "cpu (%d threads)" % (
         torch.get_num_threads())
     results = []

@@ -199,7 +199,9 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
 
 def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activation=None, *,
                          cache_indices=None, cu_seqlens=None, has_initial_state=None,
-                         cache_seqlens=None, pad_slot_id=-1):
+                         cache_seqlens=None, pad_slot_id=-1, num_accepted=None,
+                         parent_tokens=None, block_table=None, initial_block=None,
+                         final_block=None, first_block=None, computed_tokens=None, block_size=0):
     """Decode step: new tokens for N sequences; ``cache`` updated in place.
 
     Returns ``(y, cache)`` like FLA's causal_conv1d_update.  Not differentiable
@@ -227,8 +229,25 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             (cache_seqlens[n] + j) % S, the new tokens are written at slots
             (cache_seqlens[n] + i) % S; the caller advances cache_seqlens.
         pad_slot_id: an index in cache_indices that means padding, besides -1.
+        num_accepted: [N] int32/int64, optional: speculative decoding (vLLM's
+            num_accepted_tokens).  Sequence n's window is the W-1 entries of its row from
+            num_accepted[n] - 1, and the row's first (W-2) + L_n entries become the last
+            ones of window ++ tokens (entries after them are left as they are); rows hold
+            S >= (W-2) + L_n entries, counts lie in [1, S - (W-1) + 1].
+        parent_tokens: [N, M] int32/int64, optional: tree drafts (vLLM's
+            retrieve_parent_token).  Token t >= 1 of sequence n reads the chain of its
+            parents parent_tokens[n, t] in [0, t), token 0 the state; the row is updated
+            as without it.
+        block_table, initial_block, final_block: [N, M] and [N] each, int32/int64,
+            optional, all three or none (vLLM's prefix-caching addressing): sequence n
+            reads row block_table[n, initial_block[n]] of the pool and writes row
+            block_table[n, final_block[n]] (cache_indices is then None).
+        first_block, computed_tokens, block_size: prefix caching, with a block table:
+            the chunk's first absolute position computed_tokens[n] and, at every block
+            boundary (a multiple of block_size) strictly inside the chunk, the state so far
+            written to row block_table[n, first_block[n] + k] (k-th boundary).
 
-    The state addressing is docs/semantics.md section 5.
+    The state addressing and the serving steps are docs/semantics.md section 5.
     """
     where = "shortconv.causal_conv1d_update"
     if weight is None:
@@ -255,10 +274,23 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             "weight, bias, activation). For causal-conv1d's order (x, conv_state, weight, bias, "
             "activation) use shortconv.dao.causal_conv1d_update" % (where, bias))
     if ((has_initial_state is not None and not isinstance(has_initial_state, _Tensor))
-            or (cache_seqlens is not None and not isinstance(cache_seqlens, _Tensor))):
+            or (cache_seqlens is not None and not isinstance(cache_seqlens, _Tensor))
+            or (num_accepted is not None and not isinstance(num_accepted, _Tensor))
+            or (parent_tokens is not None and not isinstance(parent_tokens, _Tensor))
+            or any(t is not None and not isinstance(t, _Tensor) for t in (
+                block_table, initial_block, final_block, first_block, computed_tokens))):
         check_tensors(where, (
             ("has_initial_state", has_initial_state, "[N] (bool/int32/int64) or None"),
-            ("cache_seqlens", cache_seqlens, "[N] (int32/int64) or None")))
+            ("cache_seqlens", cache_seqlens, "[N] (int32/int64) or None"),
+            ("num_accepted", num_accepted, "[N] (int32/int64) or None"),
+            ("parent_tokens", parent_tokens, "[N, M] (int32/int64) or None"),
+            ("block_table", block_table, "[N, M] (int32/int64) or None"),
+            ("initial_block", initial_block, "[N] (int32/int64) or None"),
+            ("final_block", final_block, "[N] (int32/int64) or None"),
+            ("first_block", first_block, "[N] (int32/int64) or None"),
+            ("computed_tokens", computed_tokens, "[N] (int32/int64) or None")))
+    if isinstance(block_size, bool) or not isinstance(block_size, int):
+        raise TypeError("%s: block_size: expected an int, got %r" % (where, block_size))
     if isinstance(pad_slot_id, bool) or not isinstance(pad_slot_id, int):
         raise TypeError("%s: pad_slot_id: expected an int, got %r" % (where, pad_slot_id))
     if residual is not None and residual.shape != x.shape:
@@ -277,13 +309,16 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
         elif x.dim() == 3 and x.shape[-2] * x.shape[-1] == D:  # [N, H, Dh] -> [N, D]
             x = x.flatten(1)
             residual = residual.flatten(1) if residual is not None else None
-    if x.dim() == 2 and cu_seqlens is None:
-        # [N, D]: one token for each of N sequences -> [N, 1, D] (a view)
-        x = x.unsqueeze(1)
-        if residual is not None:
-            residual = residual.unsqueeze(1)
+    one_token = x.dim() == 2 and cu_seqlens is None  # [N, D]: one token for each of N sequences
+    if one_token:
+        if _ops.use_custom_op():  # traced: the [N, 1, D] view; eager: described as one directly
+            x = x.unsqueeze(1)
+            if residual is not None:
+                residual = residual.unsqueeze(1)
+            one_token = False
     elif (x.dim() == 3 and x.shape[0] == 1 and x.shape[1] > 1 and cu_seqlens is None
-          and cache_indices is None and cache.dim() == 3 and cache.shape[0] == x.shape[1]):
+          and cache_indices is None and block_table is None and cache.dim() == 3
+          and cache.shape[0] == x.shape[1]):
         # FLA's [1, N, D]: one token for each of N sequences -> [N, 1, D] (a view)
         x = x.transpose(0, 1)
         if residual is not None:
@@ -291,15 +326,19 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
     if _ops.use_custom_op():
         y = torch.ops.shortconv.causal_conv1d_update(x, cache, weight, bias, residual,
                                                      cache_indices, cu_seqlens, act,
-                                                     has_initial_state, cache_seqlens, pad_slot_id)
-    else:
-        with torch.no_grad():
-            y = _ops.update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act,
-                                 has_initial_state, cache_seqlens, pad_slot_id)
+                                                     has_initial_state, cache_seqlens, pad_slot_id,
+                                                     num_accepted, parent_tokens, block_table,
+                                                     initial_block, final_block, first_block,
+                                                     computed_tokens, block_size)
+    else:  # (no autograd involved: y is allocated with torch.empty_like, the rest is ctypes)
+        y = _ops.update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act,
+                             has_initial_state, cache_seqlens, pad_slot_id, num_accepted,
+                             parent_tokens, block_table, initial_block, final_block, first_block,
+                             computed_tokens, block_size, one_token=one_token)
         # The library wrote cache behind autograd's back: bump its version, as
         # every in-place op does, so a backward through a graph that saved
         # cache (e.g. as an initial_state) fails loudly instead of using the
         # new values.  Inference tensors have no version counter.
         if not cache.is_inference():
             _increment_version(cache)
-    return y.view(shape), cache
+    return (y if y.shape == shape else y.view(shape)), cache

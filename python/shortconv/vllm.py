@@ -22,22 +22,36 @@ Switching is one import (``from shortconv.vllm import ...``).  vLLM's convention
   only those, whatever ``state_len``); x is cast to the state dtype for the computation and the
   output back to x's dtype (vLLM's rounding); ``activation`` True means 'silu', False/None none.
 
-Speculative decoding (``causal_conv1d_update(..., num_accepted_tokens=...)`` with x
-``[batch, dim, seqlen]``) follows vLLM: the state is the width - 1 entries of the row from
-``num_accepted_tokens - 1``, and the row's first (width - 1) + (seqlen - 1) entries become the
-last ones of state ++ tokens.  Arguments vLLM takes for speculative decoding with
-``query_start_loc``, tree drafts (``retrieve_parent_token``) and prefix caching (``block_idx_first_scheduled_token``,
-``block_idx_last_scheduled_token``, ``initial_state_idx``, ``num_computed_tokens``) raise
-NotImplementedError naming them.  ``metadata`` (vLLM's launch-plan cache), ``max_query_len``
-(a shape hint), ``block_size_to_align`` (used by prefix caching only) and ``validate_data``
-(shortconv validates every call) do not change results and are accepted.  Neither function is
+Speculative decoding (``causal_conv1d_update(..., num_accepted_tokens=...)``, dense or with
+``query_start_loc``) and tree drafts (``retrieve_parent_token``) are the core's serving steps
+(docs/semantics.md section 5), one call each: the state is the width - 1 entries of the row
+from ``num_accepted_tokens - 1``, the row's first (width - 2) + L_n entries become the last
+ones of state ++ tokens, and a draft token's window follows its chain of parents.  Prefix
+caching (``block_idx_first_scheduled_token``, ``block_idx_last_scheduled_token``,
+``initial_state_idx``, ``num_computed_tokens``, ``block_size_to_align``, with a 2-D block
+table as ``cache_indices`` / ``conv_state_indices``) is the core's block-table addressing and
+snapshots (docs/semantics.md section 5): the state at every block boundary inside a prefill
+chunk goes to the row of ``block_idx_first_scheduled_token + k``, the final state to the row
+of ``block_idx_last_scheduled_token``, the initial state comes from ``initial_state_idx``'s;
+given partially it is an error naming the missing ones.  Unlike vLLM's kernel, a chunk
+shorter than width - 1 tokens also writes its final state to ``block_idx_last_scheduled_token``'s
+row (vLLM writes it to the initial row), and a snapshot within the first width - 1 tokens of
+a chunk is taken from the chunk's own initial state (vLLM reads the tokens before the chunk
+in x, another sequence's); a sequence whose initial row is ``pad_slot_id`` reads a zero
+state but still writes its rows unless they are padding too.
+
+``metadata`` (vLLM's launch-plan cache), ``max_query_len`` (a shape hint) and
+``validate_data`` (shortconv validates every call) do not change results and are accepted.  Neither function is
 differentiable (neither is vLLM's).
 """
 
 
+import re
+
 import torch
 
 from . import functional as _F
+from ._lib import ShortConvError
 
 __all__ = ["causal_conv1d_fn", "causal_conv1d_update", "PAD_SLOT_ID"]
 
@@ -56,13 +70,6 @@ def _activation(where, activation):
     # vLLM asserts (update) or silently runs no activation (fn): refuse instead.
     raise ValueError("%s: activation: expected True, False, None, 'silu' or 'swish', got %r"
                      % (where, activation))
-
-
-def _not_implemented(where, given, what):
-    names = [name for name, value in given if value is not None]
-    if names:
-        raise NotImplementedError(
-            "%s: %s (%s) is not supported by shortconv yet" % (where, what, ", ".join(names)))
 
 
 def _check_tensor(where, name, t, rank, expected):
@@ -102,17 +109,24 @@ def causal_conv1d_fn(x, weight, bias, conv_states, query_start_loc, cache_indice
         x: (dim, total_tokens), any strides.  weight: (dim, width).  bias: (dim,) or None.
         conv_states: (num_cache_lines, dim, state_len >= width - 1), updated in place.
         query_start_loc: [batch + 1] int32 offsets of the sequences in x.
-        cache_indices: [batch] int32 pool rows (None: row n), pad_slot_id = skipped.
+        cache_indices: [batch] int32 pool rows (None: row n), pad_slot_id = skipped; with
+            prefix caching the block table [batch, blocks] of pool rows.
         has_initial_state: [batch] bool, or None (no sequence has one).
         activation: 'silu', 'swish', True, None or False.
         pad_slot_id: int (vLLM's PAD_SLOT_ID = -1).
+        block_idx_first_scheduled_token, block_idx_last_scheduled_token, initial_state_idx,
+            num_computed_tokens: [batch] int32 each, prefix caching (all or none): the blocks
+            of the first snapshot, of the final state and of the initial state, and the
+            chunk's first absolute position.
+        block_size_to_align: the block size (>= 1 with prefix caching).
     Returns out, x's shape, dtype and layout.
     """
     where = "shortconv.vllm.causal_conv1d_fn"
-    _not_implemented(where, (("block_idx_first_scheduled_token", block_idx_first_scheduled_token),
-                             ("block_idx_last_scheduled_token", block_idx_last_scheduled_token),
-                             ("initial_state_idx", initial_state_idx),
-                             ("num_computed_tokens", num_computed_tokens)), "prefix caching")
+    apc = _prefix_caching(where, (("block_idx_first_scheduled_token", block_idx_first_scheduled_token),
+                                  ("block_idx_last_scheduled_token", block_idx_last_scheduled_token),
+                                  ("initial_state_idx", initial_state_idx),
+                                  ("num_computed_tokens", num_computed_tokens)),
+                          block_size_to_align)
     activation = _activation(where, activation)
     _check_tensor(where, "x", x, (2,), "(dim, total_tokens)")
     _check_tensor(where, "weight", weight, (2,), "(dim, width)")
@@ -122,14 +136,71 @@ def causal_conv1d_fn(x, weight, bias, conv_states, query_start_loc, cache_indice
     if has_initial_state is None:
         has_initial_state = torch.zeros(batch, dtype=torch.bool, device=x.device)
     cache = _state_view(conv_states, weight.shape[1])
-    if cache_indices is None:
-        cache = cache.narrow(0, 0, min(batch, cache.shape[0]))
-    cache_indices, extra = _pad_args(where, cache_indices, pad_slot_id)
+    if apc:  # cache_indices is the block table [batch, blocks]
+        if cache_indices is None:
+            raise ValueError("%s: cache_indices: prefix caching needs the block table "
+                             "[batch, blocks] of pool rows" % where)
+        extra = dict(block_table=cache_indices, initial_block=initial_state_idx,
+                     final_block=block_idx_last_scheduled_token,
+                     first_block=block_idx_first_scheduled_token,
+                     computed_tokens=num_computed_tokens, block_size=block_size_to_align)
+        cache_indices = None
+        if pad_slot_id is not None and pad_slot_id != -1:
+            extra["pad_slot_id"] = pad_slot_id
+    else:
+        if cache_indices is None:
+            cache = cache.narrow(0, 0, min(batch, cache.shape[0]))
+        cache_indices, extra = _pad_args(where, cache_indices, pad_slot_id)
     xs = x.to(conv_states.dtype)
-    y, _ = _F.causal_conv1d_update(xs.t(), cache, weight=weight, bias=bias, activation=activation,
-                                   cache_indices=cache_indices, cu_seqlens=query_start_loc,
-                                   has_initial_state=has_initial_state, **extra)
+    try:
+        y, _ = _F.causal_conv1d_update(xs.t(), cache, weight=weight, bias=bias,
+                                       activation=activation, cache_indices=cache_indices,
+                                       cu_seqlens=query_start_loc,
+                                       has_initial_state=has_initial_state, **extra)
+    except ShortConvError as e:
+        raise _vllm_names(e, _FN_NAMES) from None
     return y.t().to(x.dtype)
+
+
+def _prefix_caching(where, given, block_size_to_align=None):
+    """Whether vLLM's prefix-caching arguments are given: all of them, or none (an error
+    names the missing ones); with block_size_to_align (causal_conv1d_fn) > 0."""
+    names = [name for name, value in given if value is not None]
+    if not names:
+        return False
+    missing = [name for name, value in given if value is None]
+    if missing:
+        raise ValueError("%s: prefix caching needs %s together; given %s, missing %s"
+                         % (where, ", ".join(n for n, _ in given), ", ".join(names),
+                            ", ".join(missing)))
+    if block_size_to_align is not None and (isinstance(block_size_to_align, bool) or
+                                            not isinstance(block_size_to_align, int) or
+                                            block_size_to_align < 1):
+        raise ValueError("%s: block_size_to_align: expected a block size >= 1 with prefix "
+                         "caching, got %r" % (where, block_size_to_align))
+    return True
+
+
+# vLLM's argument names for the core's, in error messages.
+_APC_NAMES = (("initial_block", "initial_state_idx"),
+              ("final_block", "block_idx_last_scheduled_token"),
+              ("first_block", "block_idx_first_scheduled_token"),
+              ("computed_tokens", "num_computed_tokens"), ("block_size", "block_size_to_align"))
+_UPDATE_NAMES = (("shortconv.causal_conv1d_update", "shortconv.vllm.causal_conv1d_update"),
+                 ("num_accepted", "num_accepted_tokens"), ("parent_tokens", "retrieve_parent_token"),
+                 ("block_table", "conv_state_indices"), ("cache_indices", "conv_state_indices"),
+                 ("cu_seqlens", "query_start_loc"), ("cache", "conv_state")) + _APC_NAMES
+_FN_NAMES = (("shortconv.causal_conv1d_update", "shortconv.vllm.causal_conv1d_fn"),
+             ("block_table", "cache_indices"), ("cu_seqlens", "query_start_loc"),
+             ("cache", "conv_states")) + _APC_NAMES
+
+
+def _vllm_names(e, names):
+    """e (a ShortConvError) with the core's argument names replaced by vLLM's."""
+    msg = str(e)
+    for core, theirs in names:
+        msg = re.sub(r"(?<![A-Za-z0-9_.])%s(?![A-Za-z0-9_])" % re.escape(core), theirs, msg)
+    return ShortConvError(msg, e.status)
 
 
 def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
@@ -137,34 +208,47 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
                          max_query_len=-1, pad_slot_id=PAD_SLOT_ID,
                          block_idx_last_scheduled_token=None, initial_state_idx=None,
                          retrieve_parent_token=None, validate_data=False):
-    """Decode step: each sequence's tokens after its state row; the row updated in place.
+    """Decode step: out[..., t] = act(bias + sum_k weight[:, k] * u[:, q_t(k)]); rows in place.
 
-    The new row (its first width-1 entries) is the last width-1 entries of row ++ tokens.
+    u = the state row's window ++ the step's tokens; q_t(k) = the W-1 positions before token
+    t, or with retrieve_parent_token its chain of parents.  Without speculative decoding the
+    state is the row's first width-1 entries and becomes the last width-1 entries of u; with
+    num_accepted_tokens it is the width-1 entries from num_accepted_tokens[n] - 1 and the
+    row's first (width-2) + L_n entries become u[1:] (docs/semantics.md section 5).  One call
+    of the core, no host synchronisation.
 
     Args:
         x: [batch, dim] (one token each), [batch, dim, seqlen], or [total_tokens, dim] with
             query_start_loc [batch + 1] int32 (then conv_state_indices is required).
-        conv_state: (num_cache_lines, dim, state_len >= width - 1).
+        conv_state: (num_cache_lines, dim, state_len >= width - 1); speculative decoding
+            needs state_len >= (width - 1) + (seqlen - 1).
         weight: (dim, width).  bias: (dim,) or None.
         activation: 'silu', 'swish', True, None or False.
         conv_state_indices: [batch] int32 rows (None: row b for sequence b); pad_slot_id =
             padding (state untouched, output unspecified as in vLLM).
+        num_accepted_tokens: [batch] int32, tokens of each sequence's previous step that
+            were accepted (1 .. seqlen).
+        query_start_loc: [batch + 1] int32 offsets of a varlen x.
         max_query_len: the longest sequence with query_start_loc (a hint; not needed here).
+        retrieve_parent_token: [batch, seqlen] int32, the parent (an earlier token of the
+            step) of every draft token after the first (EAGLE trees).
+        block_idx_last_scheduled_token, initial_state_idx: [batch] int32, prefix caching
+            (both or none): conv_state_indices is then the block table [batch, blocks], the
+            state is read from the row of initial_state_idx and written to the row of
+            block_idx_last_scheduled_token.
     Returns out, x's shape, dtype and layout.
     """
     where = "shortconv.vllm.causal_conv1d_update"
-    if num_accepted_tokens is not None and query_start_loc is not None:
-        _not_implemented(where, (("num_accepted_tokens", num_accepted_tokens),),
-                         "speculative decoding with query_start_loc (varlen)")
-    _not_implemented(where, (("retrieve_parent_token", retrieve_parent_token),),
-                     "tree-shaped speculative drafts")
-    _not_implemented(where, (("block_idx_last_scheduled_token", block_idx_last_scheduled_token),
-                             ("initial_state_idx", initial_state_idx)), "prefix caching")
+    apc = _prefix_caching(where, (("block_idx_last_scheduled_token", block_idx_last_scheduled_token),
+                                  ("initial_state_idx", initial_state_idx)))
     activation = _activation(where, activation)
     _check_tensor(where, "x", x, (2, 3), "[batch, dim], [batch, dim, seqlen] or [tokens, dim]")
     _check_tensor(where, "weight", weight, (2,), "(dim, width)")
     _check_tensor(where, "conv_state", conv_state, (3,), "(num_cache_lines, dim, state_len)")
-    cache = _state_view(conv_state, weight.shape[1])
+    width = weight.shape[1]
+    # vLLM's kernels use entries [0, width-1) of a row, or with speculative decoding the row
+    # up to (width-1) + (seqlen-1): the state is that view, or the whole row.
+    cache = conv_state if num_accepted_tokens is not None else _state_view(conv_state, width)
     if query_start_loc is not None:
         if conv_state_indices is None:
             raise ValueError("%s: conv_state_indices: required with query_start_loc (as in vLLM)"
@@ -172,85 +256,29 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
         if x.dim() != 2:
             raise ValueError("%s: x: expected [total_tokens, dim] with query_start_loc, got shape %s"
                              % (where, list(x.shape)))
-    elif conv_state_indices is None:
+    elif conv_state_indices is None and not apc:
         cache = cache.narrow(0, 0, min(x.shape[0], cache.shape[0]))
-    if num_accepted_tokens is not None:
-        return _speculative_update(where, x, conv_state, weight, bias, activation,
-                                   conv_state_indices, num_accepted_tokens, pad_slot_id)
-    conv_state_indices, extra = _pad_args(where, conv_state_indices, pad_slot_id)
+    if apc:  # conv_state_indices is the block table [batch, blocks]
+        if conv_state_indices is None:
+            raise ValueError("%s: conv_state_indices: prefix caching needs the block table "
+                             "[batch, blocks] of pool rows" % where)
+        extra = dict(block_table=conv_state_indices, initial_block=initial_state_idx,
+                     final_block=block_idx_last_scheduled_token)
+        conv_state_indices = None
+        if pad_slot_id is not None and pad_slot_id != -1:
+            extra["pad_slot_id"] = pad_slot_id
+    else:
+        conv_state_indices, extra = _pad_args(where, conv_state_indices, pad_slot_id)
     xs = x.to(conv_state.dtype)
     if xs.dim() == 3:
         xs = xs.transpose(1, 2)  # the core's [batch, seqlen, dim]
-    y, _ = _F.causal_conv1d_update(xs, cache, weight=weight, bias=bias, activation=activation,
-                                   cache_indices=conv_state_indices, cu_seqlens=query_start_loc,
-                                   **extra)
+    try:
+        y, _ = _F.causal_conv1d_update(xs, cache, weight=weight, bias=bias, activation=activation,
+                                       cache_indices=conv_state_indices, cu_seqlens=query_start_loc,
+                                       num_accepted=num_accepted_tokens,
+                                       parent_tokens=retrieve_parent_token, **extra)
+    except ShortConvError as e:
+        raise _vllm_names(e, _UPDATE_NAMES) from None
     if y.dim() == 3:
         y = y.transpose(1, 2)
-    return y.to(x.dtype)
-
-
-def _speculative_update(where, x, conv_state, weight, bias, activation, indices, accepted,
-                        pad_slot_id):
-    """vLLM's speculative decode step, in the core's terms (docs/semantics.md section 5).
-
-    A row holds E = (width - 1) + (seqlen - 1) entries or more.  After the previous step
-    accepted a_n of its tokens, the state of sequence n is the width - 1 entries of its row
-    starting at a_n - 1; with u_n = that window ++ x_n, the outputs are the convolution of
-    u_n and the row's first E entries become the last E entries of u_n (u_n[1:]); entries past
-    E are left as they are.  Done with device ops (no host synchronisation): the windows are
-    gathered into initial states of length E (width - 1 entries at the end, the rest zeros,
-    which feed no output), one core forward returns the final states u_n[-E:], and they are
-    written back into the rows.  Padded slots (``pad_slot_id``, -1) read and write nothing.
-    """
-    _check_tensor(where, "num_accepted_tokens", accepted, (1,), "[batch] int32")
-    if accepted.dtype not in (torch.int32, torch.int64):
-        raise TypeError("%s: num_accepted_tokens: expected int32 or int64, got %s"
-                        % (where, accepted.dtype))
-    xs = x.to(conv_state.dtype)
-    if xs.dim() == 2:
-        xs = xs.unsqueeze(-1)
-    batch, dim, seqlen = xs.shape
-    width = weight.shape[1]
-    rows_total, _, row_len = conv_state.shape
-    E = width - 1 + seqlen - 1
-    if accepted.shape[0] != batch:
-        raise ValueError("%s: num_accepted_tokens: expected shape [batch] = [%d], got %s"
-                         % (where, batch, list(accepted.shape)))
-    if E > row_len or width < 2:
-        raise ValueError("%s: conv_state: speculative decoding of %d tokens with width %d needs "
-                         "rows of at least (width - 1) + (seqlen - 1) = %d entries, got %d"
-                         % (where, seqlen, width, E, row_len))
-    if indices is None:
-        rows = torch.arange(batch, device=xs.device)
-        if batch > rows_total:
-            raise ValueError("%s: conv_state: expected at least batch = %d rows, got %d"
-                             % (where, batch, rows_total))
-    else:
-        _check_tensor(where, "conv_state_indices", indices, (1,), "[batch] int32")
-        rows = indices.long()
-    pad = (rows == pad_slot_id) | (rows == -1)
-    safe_rows = torch.where(pad, torch.zeros_like(rows), rows)
-    a = accepted.to(xs.device).long()
-    # 1 <= a_n and the window inside the row: checked on the device (no synchronisation)
-    torch._assert_async((((a >= 1) & (a - 1 + width - 1 <= row_len)) | pad).all())
-    torch._assert_async((((safe_rows >= 0) & (safe_rows < rows_total)) | pad).all())
-    window = (a - 1).clamp(min=0).view(-1, 1, 1) + torch.arange(width - 1, device=xs.device)
-    window = window.clamp(max=row_len - 1).expand(batch, dim, width - 1)
-    h0_window = conv_state[safe_rows].gather(2, window)            # [batch, dim, width - 1]
-    h0 = torch.cat([h0_window.new_zeros(batch, dim, E - (width - 1)), h0_window], 2)
-    y, final = _F.causal_conv1d(xs.transpose(1, 2), weight, bias, None, h0, True, activation,
-                                state_len=E)
-    # Rows of real sequences <- u_n[-E:].  A padded slot must write nothing, but one
-    # index_copy_ writes every entry: each pad entry repeats a real sequence's write (the
-    # same row, the same values, so the order of duplicate writes cannot matter); with no
-    # real sequence at all, row 0 gets its own contents back.
-    pad3 = pad.view(-1, 1, 1)
-    vals = torch.where(pad3, conv_state[safe_rows, :, :E], final.to(conv_state.dtype))
-    donor = torch.argmax((~pad).to(torch.int8))  # the first real sequence (0 if none)
-    target = torch.where(pad, safe_rows[donor], safe_rows)
-    vals = torch.where(pad3, vals[donor].unsqueeze(0), vals)
-    conv_state[:, :, :E].index_copy_(0, target, vals)
-    y = y.transpose(1, 2)
-    if x.dim() == 2:
-        y = y.squeeze(-1)
     return y.to(x.dtype)

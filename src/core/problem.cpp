@@ -22,6 +22,10 @@ int64_t load_index_at(const View& v, int64_t off) {
 }
 int64_t load_index(const View& v, int64_t i) { return load_index_at(v, i * v.stride[0]); }
 
+int64_t load_index(const View& v, int64_t i, int64_t j) {
+  return load_index_at(v, i * v.stride[0] + j * v.stride[1]);
+}
+
 int64_t Problem::seq_begin(int64_t n) const { return packed ? load_index(cu_seqlens, n) : 0; }
 int64_t Problem::seq_len(int64_t n) const {
   return packed ? load_index(cu_seqlens, n + 1) - load_index(cu_seqlens, n) : T;
@@ -37,11 +41,26 @@ static int64_t row_or_none(int64_t r, int64_t pad_index) {
 }
 int64_t Problem::h0_row(int64_t n) const {
   if (!h0 || (has_h0 && !load_flag(has_h0, n))) return -1;
+  if (table) return row_or_none(load_index(table, n, load_index(init_blk, n)), pad_index);
   return h0_idx ? row_or_none(load_index(h0_idx, n), pad_index) : n;
 }
 int64_t Problem::ht_row(int64_t n) const {
   if (!ht) return -1;
+  if (table) return row_or_none(load_index(table, n, load_index(final_blk, n)), pad_index);
   return ht_idx ? row_or_none(load_index(ht_idx, n), pad_index) : n;
+}
+
+int64_t Problem::snapshots(int64_t n) const {
+  if (block_size <= 0 || !ht) return 0;
+  int64_t first = 0;
+  return block_boundaries(load_index(computed, n), seq_len(n), block_size, &first);
+}
+int64_t Problem::snapshot_tokens(int64_t n, int64_t k) const {
+  const int64_t c = load_index(computed, n);
+  return (c / block_size + 1 + k) * block_size - c;
+}
+int64_t Problem::snapshot_row(int64_t n, int64_t k) const {
+  return row_or_none(load_index(table, n, load_index(first_blk, n) + k), pad_index);
 }
 
 int64_t Problem::state_slot(int64_t n, int64_t j) const {
@@ -53,6 +72,20 @@ int64_t Problem::state_slot(int64_t n, int64_t j) const {
 
 int64_t Problem::final_slot(int64_t n, int64_t j) const {
   return ring ? state_slot(n, seq_len(n) + j) : j;
+}
+
+int64_t Problem::window_start(int64_t n) const {
+  return accepted ? load_index(accepted, n) - 1 : S - (W - 1);
+}
+
+int64_t Problem::final_entries(int64_t n) const {
+  if (!accepted) return S;
+  const int64_t L = seq_len(n);
+  return L > 0 ? (W - 2) + L : 0;
+}
+
+int64_t Problem::parent(int64_t n, int64_t t) const {
+  return parents ? load_index(parents, n, t) : t - 1;
 }
 
 }  // namespace shortconv

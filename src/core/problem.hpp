@@ -36,8 +36,9 @@ struct View {
   }
 };
 
-// Reads element i of a 1-D int32/int64 host tensor.
+// Reads element i of a 1-D int32/int64 host tensor (element (i, j) of a 2-D one).
 int64_t load_index(const View& v, int64_t i);
+int64_t load_index(const View& v, int64_t i, int64_t j);
 // Reads the int32/int64 host element at element offset `off` (any rank).
 int64_t load_index_at(const View& v, int64_t off);
 
@@ -80,6 +81,15 @@ struct Problem {
   View ring;           // [N] int32/int64: state rows are rings, entry j at slot (ring[n] + j) mod S
   int64_t pad_index = -1;  // a state index meaning "no row", besides -1
 
+  // serving steps (docs/semantics.md section 5), forward only
+  View accepted;       // [N] int32/int64: speculative decoding (window at accepted - 1)
+  View parents;        // [N, M] int32/int64: tree drafts (parent of token t of sequence n)
+  View table;          // [N, M] int32/int64: block_table, pool rows per sequence's blocks
+  View init_blk;       // [N]: block read (with table)
+  View final_blk;      // [N]: block written (with table)
+  View first_blk;      // [N]: block of the first snapshot (prefix caching)
+  View computed;       // [N]: the chunk's first absolute position (prefix caching)
+  int64_t block_size = 0;  // > 0: prefix caching (snapshots at block boundaries)
   // sequence ids (docs/semantics.md section 3): runs of one id in a row are the
   // sequences, negative ids padding; N = B*T (the packed batch, empty after the
   // last run); state tensors are pools whose row i is id i's (no state indices,
@@ -104,7 +114,31 @@ struct Problem {
   int64_t seq_id(int64_t b, int64_t t) const {
     return load_index_at(seq_idx, b * seq_idx.stride[0] + t * seq_idx.stride[1]);
   }
+
+  // Speculative decoding: the row entry the W-1 window of sequence n starts at
+  // (accepted[n] - 1; without num_accepted the last W-1 entries, S - (W-1)),
+  // and the entries its final state writes (S; speculative: (W-2) + L_n, 0
+  // for a zero-length sequence).
+  int64_t window_start(int64_t n) const;
+  int64_t final_entries(int64_t n) const;
+  // Tree drafts: the parent of token t >= 1 of sequence n (t - 1 without parents).
+  int64_t parent(int64_t n, int64_t t) const;
+  // Prefix caching: the block boundaries strictly inside sequence n's chunk, the
+  // chunk's tokens before boundary k, and the row snapshot k goes to (-1: none).
+  int64_t snapshots(int64_t n) const;
+  int64_t snapshot_tokens(int64_t n, int64_t k) const;
+  int64_t snapshot_row(int64_t n, int64_t k) const;
 };
+
+// The block boundaries m * B strictly inside a chunk of L tokens from the
+// absolute position c (c >= 0, B >= 1): their count, and in *first the m of
+// the first one.
+inline int64_t block_boundaries(int64_t c, int64_t L, int64_t B, int64_t* first) {
+  *first = c / B + 1;
+  if (L < 2) return 0;
+  const int64_t last = (c + L - 1) / B;
+  return last >= *first ? last - *first + 1 : 0;
+}
 
 // Reads element i of a 1-D bool/int32/int64 host tensor as 0 or 1.
 int64_t load_flag(const View& v, int64_t i);

@@ -38,6 +38,7 @@ struct Call {
   sc_dtype P = SC_F32;               // parameter dtype (weight's)
   sc_dtype Z = SC_F32;               // state dtype (the first state tensor's)
   bool packed = false;
+  bool table = false;                // forward with a block table: pools without indices
   bool ids = false;                  // seq_idx describes the batch (section 3)
   View xv;                           // x as [B, T, D]
   int64_t B = 0, T = 0, D = 0, N = 0;
@@ -274,6 +275,14 @@ bool check_state(Call& k, const char* name, const sc_tensor& t, const char* idx_
                    name, (long long)k.D, k.S, k.S_from, shape_str(t).c_str());
     return !c.host() || check_pool_rows(k, idx_name, *idx, t, output);
   }
+  if (k.table && idx) {  // a pool whose rows the block table names (checked with it)
+    if (t.shape[1] != k.D || t.shape[2] != k.S)
+      return c.bad(SC_ERR_INVALID_ARGUMENT,
+                   "%s: expected a state pool of shape [P, D=%lld, S=%d] (S from %s; rows named "
+                   "by block_table), got %s", name, (long long)k.D, k.S, k.S_from,
+                   shape_str(t).c_str());
+    return true;
+  }
   return c.shape_is(name, t, {k.N, k.D, k.S},
                     k.S_from == std::string("state_len") ? "= [N, D, S] (S from state_len)"
                                                          : "= [N, D, S]");
@@ -281,6 +290,7 @@ bool check_state(Call& k, const char* name, const sc_tensor& t, const char* idx_
 
 sc_status check_states(Call& k) {
   const sc_conv_args& a = k.a;
+  k.table = k.fwd && present(a.block_table);
   if (!check_state(k, "initial_state", a.initial_state, "initial_state_indices",
                    &a.initial_state_indices, false))
     return k.c.status;
@@ -334,6 +344,338 @@ sc_status check_addressing(Call& k) {
       return fail(k.err, SC_ERR_INVALID_ARGUMENT, "ring_offsets[%lld]: expected >= 0, got %lld",
                   (long long)n, (long long)v);
   return SC_OK;
+}
+
+// ---- serving steps: speculative decoding and tree drafts (section 5) ---------------
+bool state_in_place(const Call& k);  // (below: the overlap stage's)
+
+// Problem-like lookups on the raw arguments, for content checks after the
+// shapes are known (host memory only).
+struct Rows {
+  const Call& k;
+  View h0, h0i, ht, hti, flags, cu;
+  explicit Rows(const Call& kk) : k(kk) {
+    to_view(k.a.initial_state, &h0);
+    to_view(k.a.initial_state_indices, &h0i);
+    to_view(k.a.final_state, &ht);
+    to_view(k.a.final_state_indices, &hti);
+    to_view(k.a.has_initial_state, &flags);
+    to_view(k.a.cu_seqlens, &cu);
+    if (k.table) {  // (contents: checked by the block-table stage before any use here)
+      to_view(k.a.block_table, &tbl);
+      to_view(k.a.initial_block, &ib);
+      to_view(k.a.final_block, &fb);
+    }
+  }
+  View tbl, ib, fb;
+  int64_t none(int64_t r) const { return r == k.a.pad_index ? -1 : r; }
+  int64_t read(int64_t n) const {  // the row sequence n reads (-1: none)
+    if (!h0 || (flags && !load_flag(flags, n))) return -1;
+    if (tbl) return none(load_index(tbl, n, load_index(ib, n)));
+    return h0i ? none(load_index(h0i, n)) : n;
+  }
+  int64_t written(int64_t n) const {  // its final-state row
+    if (!k.fwd || !ht) return -1;
+    if (tbl) return none(load_index(tbl, n, load_index(fb, n)));
+    return hti ? none(load_index(hti, n)) : n;
+  }
+  int64_t len(int64_t n) const {
+    return k.packed ? load_index(cu, n + 1) - load_index(cu, n) : k.T;
+  }
+};
+
+// The rows sequence n writes with a block table: its final state and its
+// snapshots, appended to w as (row, n) (contents checked before).
+void table_writes(const Call& k, const Rows& r, int64_t n,
+                  std::vector<std::pair<int64_t, int64_t>>* w) {
+  if (const int64_t row = r.written(n); row >= 0) w->push_back({row, n});
+  if (k.a.block_size <= 0) return;
+  View fst, cmp;
+  to_view(k.a.first_block, &fst);
+  to_view(k.a.computed_tokens, &cmp);
+  int64_t m0 = 0;
+  const int64_t nb = block_boundaries(load_index(cmp, n), r.len(n), k.a.block_size, &m0);
+  for (int64_t j = 0; j < nb; ++j)
+    if (const int64_t row = r.none(load_index(r.tbl, n, load_index(fst, n) + j)); row >= 0)
+      w->push_back({row, n});
+}
+
+// In place: no row written for one sequence and read by another (its value
+// would depend on the order of the two).
+sc_status check_cross_reads(Call& k) {
+  const sc_conv_args& a = k.a;
+  if (!k.c.host() || !state_in_place(k)) return SC_OK;
+  if (!k.table && (!present(a.final_state_indices) || a.final_state_indices.stride[0] == 0))
+    return SC_OK;  // (no indices: each row its own; broadcast: one row for all, refused before)
+  const Rows r(k);
+  std::vector<std::pair<int64_t, int64_t>> w;  // (row written, sequence)
+  for (int64_t n = 0; n < k.N; ++n) {
+    if (k.table) table_writes(k, r, n, &w);
+    else if (const int64_t row = r.written(n); row >= 0) w.push_back({row, n});
+  }
+  std::sort(w.begin(), w.end());
+  for (int64_t m = 0; m < k.N; ++m) {
+    const int64_t row = r.read(m);
+    if (row < 0) continue;
+    auto it = std::lower_bound(w.begin(), w.end(), std::make_pair(row, int64_t(-1)));
+    if (it != w.end() && it->first == row && it->second != m)
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                  "%s[%lld]: pool row %lld is read by sequence %lld and written for sequence "
+                  "%lld (%s) in this in-place call; a row written for one sequence may not be "
+                  "another's initial state", k.table ? "block_table" : "initial_state_indices",
+                  (long long)m, (long long)row, (long long)m, (long long)it->second,
+                  k.table ? "its final state or a snapshot" : "final_state_indices");
+  }
+  return SC_OK;
+}
+
+// num_accepted: which sequences it is read for, and the window and new
+// entries inside the row.
+sc_status check_accepted(Call& k) {
+  const sc_conv_args& a = k.a;
+  Checker& c = k.c;
+  if (!present(a.initial_state) && !present(a.final_state))
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "num_accepted: given but initial_state and final_state are absent");
+  if (present(a.ring_offsets))
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "num_accepted: not combinable with ring_offsets (a speculative row is read at "
+                "an offset and rewritten from its start, not a ring)");
+  if (!check_per_sequence(k, "num_accepted", a.num_accepted, false)) return c.status;
+  if (!c.host()) return SC_OK;  // device memory: the kernels clamp
+  const Rows r(k);
+  View av;
+  to_view(a.num_accepted, &av);
+  const int64_t hi = int64_t(k.S) - (k.W - 1) + 1;
+  const bool one = av.stride[0] == 0 && (!r.h0i || r.h0i.stride[0] == 0) &&
+                   (!r.flags || r.flags.stride[0] == 0) && (!k.packed || r.cu.stride[0] == 0);
+  for (int64_t n = 0, last = one ? std::min<int64_t>(k.N, 1) : k.N; n < last; ++n) {
+    if (const int64_t v = load_index(av, n); r.read(n) >= 0 && (v < 1 || v > hi))
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                  "num_accepted[%lld]: expected 1 <= count <= S - (W-1) + 1 = %lld (the window "
+                  "of W-1 = %d entries inside the row of S = %d), got %lld",
+                  (long long)n, (long long)hi, k.W - 1, k.S, (long long)v);
+    if (const int64_t L = r.len(n); L > 0 && (k.W - 2) + L > k.S)
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                  "num_accepted: sequence %lld has %lld tokens, so its row needs (W-2) + L = "
+                  "%lld entries, but S = %d (%s)",
+                  (long long)n, (long long)L, (long long)(k.W - 2 + L), k.S, k.S_from);
+  }
+  return SC_OK;
+}
+
+// parent_tokens: [N, M], M covering every sequence, parents pointing backwards.
+sc_status check_parents(Call& k) {
+  const sc_conv_args& a = k.a;
+  Checker& c = k.c;
+  const sc_tensor& t = a.parent_tokens;
+  if (!c.basic("parent_tokens", t, 2, 2) || !c.index_dtype("parent_tokens", t)) return c.status;
+  if (t.shape[0] != k.N || (!k.packed && t.shape[1] < k.T))
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "parent_tokens: expected shape [N = %lld, M >= %s], one row of parents per "
+                "sequence, got %s", (long long)k.N, k.packed ? "the longest sequence" :
+                std::to_string(k.T).c_str(), shape_str(t).c_str());
+  if (!c.host()) return SC_OK;  // device memory: the kernels read a bad parent as t - 1
+  const Rows r(k);
+  View pv;
+  to_view(t, &pv);
+  const bool one_row = pv.stride[0] == 0 && (!k.packed || r.cu.stride[0] == 0);
+  for (int64_t n = 0, last = one_row ? std::min<int64_t>(k.N, 1) : k.N; n < last; ++n) {
+    const int64_t L = r.len(n);
+    if (L > t.shape[1])
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                  "parent_tokens: sequence %lld has %lld tokens but rows of M = %lld parents",
+                  (long long)n, (long long)L, (long long)t.shape[1]);
+    // a stride-0 token axis holds one parent for every token: checked at t = 1
+    for (int64_t tok = 1, end = pv.stride[1] == 0 ? std::min<int64_t>(L, 2) : L; tok < end; ++tok)
+      if (const int64_t p = load_index(pv, n, tok); p < 0 || p >= tok)
+        return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                    "parent_tokens[%lld, %lld]: expected a parent in [0, %lld) (an earlier token "
+                    "of the step), got %lld", (long long)n, (long long)tok, (long long)tok,
+                    (long long)p);
+  }
+  return SC_OK;
+}
+
+// The serving arguments are forward-only: the backward refuses them first.
+sc_status check_forward_only(Call& k) {
+  const sc_conv_args& a = k.a;
+  if (k.fwd) return SC_OK;
+  const char* given = present(a.num_accepted)      ? "num_accepted"
+                      : present(a.parent_tokens)   ? "parent_tokens"
+                      : present(a.block_table)     ? "block_table"
+                      : present(a.initial_block)   ? "initial_block"
+                      : present(a.final_block)     ? "final_block"
+                      : present(a.first_block)     ? "first_block"
+                      : present(a.computed_tokens) ? "computed_tokens"
+                      : a.block_size != 0          ? "block_size"
+                                                   : nullptr;
+  if (!given) return SC_OK;
+  return fail(k.err, SC_ERR_UNSUPPORTED,
+              "%s: serving steps are forward-only (the backward of a speculative, tree or "
+              "prefix-cached step is not defined); the backward takes none of num_accepted, "
+              "parent_tokens, block_table, initial_block, final_block, first_block, "
+              "computed_tokens, block_size", given);
+}
+
+sc_status check_serving(Call& k) {
+  const sc_conv_args& a = k.a;
+  const bool spec = present(a.num_accepted), tree = present(a.parent_tokens);
+  if (!spec && !tree) return SC_OK;
+  if (k.ids)
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "%s: not combinable with seq_idx (a serving step names its sequences by offsets "
+                "or dense rows)", spec ? "num_accepted" : "parent_tokens");
+  sc_status st = SC_OK;
+  if (spec) st = check_accepted(k);
+  if (st == SC_OK && tree) st = check_parents(k);
+  return st;
+}
+
+// ---- block tables and prefix caching (section 5) -----------------------------------
+// All of a group's arguments, or none: the first one given and the first absent.
+sc_status check_together(Call& k, const char* group,
+                         std::initializer_list<std::pair<const char*, bool>> members) {
+  const char* given = nullptr;
+  const char* absent = nullptr;
+  for (const auto& [name, here] : members) {
+    if (here && !given) given = name;
+    if (!here && !absent) absent = name;
+  }
+  if (!given || !absent) return SC_OK;
+  return fail(k.err, SC_ERR_INVALID_ARGUMENT, "%s: %s go together; %s is given but %s is absent",
+              absent, group, given, absent);
+}
+
+sc_status check_table_shapes(Call& k, bool snapshots) {
+  const sc_conv_args& a = k.a;
+  Checker& c = k.c;
+  const sc_tensor& t = a.block_table;
+  if (!c.basic("block_table", t, 2, 2) || !c.index_dtype("block_table", t)) return c.status;
+  if (t.shape[0] != k.N)
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "block_table: expected shape [N = %lld, M], one row of pool rows per sequence, "
+                "got %s", (long long)k.N, shape_str(t).c_str());
+  if (!check_per_sequence(k, "initial_block", a.initial_block, false) ||
+      !check_per_sequence(k, "final_block", a.final_block, false))
+    return c.status;
+  if (snapshots && (!check_per_sequence(k, "first_block", a.first_block, false) ||
+                    !check_per_sequence(k, "computed_tokens", a.computed_tokens, false)))
+    return c.status;
+  return SC_OK;
+}
+
+// Host contents: block indices inside the table, table entries inside the
+// pools, computed_tokens >= 0, no row written twice.
+sc_status check_table_contents(Call& k, bool snapshots) {
+  const sc_conv_args& a = k.a;
+  const Rows r(k);
+  const int64_t M = a.block_table.shape[1];
+  View fst, cmp;
+  to_view(a.first_block, &fst);
+  to_view(a.computed_tokens, &cmp);
+  auto entry = [&](int64_t n, int64_t b, const sc_tensor& pool, const char* blk) -> sc_status {
+    if (b < 0 || b >= M)
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                  "%s[%lld]: expected a block index in [0, M = %lld) of block_table, got %lld",
+                  blk, (long long)n, (long long)M, (long long)b);
+    const int64_t row = load_index(r.tbl, n, b);
+    if ((row < -1 || row >= pool.shape[0]) && row != a.pad_index)
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                  "block_table[%lld, %lld]: pool row index out of range: expected -1 <= index < "
+                  "P = %lld (or pad_index = %lld), got %lld", (long long)n, (long long)b,
+                  (long long)pool.shape[0], (long long)a.pad_index, (long long)row);
+    return SC_OK;
+  };
+  // Every per-sequence argument broadcast (stride 0): one sequence stands for all
+  // (N may be 2^58 with no memory behind it).
+  bool one = r.tbl.stride[0] == 0 && r.ib.stride[0] == 0 && r.fb.stride[0] == 0 &&
+             (!k.packed || r.cu.stride[0] == 0) && (!r.flags || r.flags.stride[0] == 0);
+  if (snapshots) one = one && fst.stride[0] == 0 && cmp.stride[0] == 0;
+  const int64_t distinct = one ? std::min<int64_t>(k.N, 1) : k.N;
+  std::vector<std::pair<int64_t, int64_t>> w;
+  for (int64_t n = 0; n < distinct; ++n) {
+    sc_status st = SC_OK;
+    if (present(a.initial_state)) st = entry(n, load_index(r.ib, n), a.initial_state, "initial_block");
+    if (st == SC_OK && present(a.final_state))
+      st = entry(n, load_index(r.fb, n), a.final_state, "final_block");
+    if (st != SC_OK) return st;
+    if (!snapshots) continue;
+    const int64_t cn = load_index(cmp, n);
+    if (cn < 0)
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT, "computed_tokens[%lld]: expected >= 0, got %lld",
+                  (long long)n, (long long)cn);
+    int64_t m0 = 0;
+    const int64_t nb = block_boundaries(cn, r.len(n), a.block_size, &m0), f = load_index(fst, n);
+    if (nb > 0 && (f < 0 || f > M - nb))
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                  "first_block[%lld]: the chunk holds %lld block boundaries, so it needs 0 <= "
+                  "first_block and first_block + %lld < M = %lld, got %lld", (long long)n,
+                  (long long)nb, (long long)(nb - 1), (long long)M, (long long)f);
+    for (int64_t j = 0; j < nb && st == SC_OK; ++j) st = entry(n, f + j, a.final_state, "first_block");
+    if (st != SC_OK) return st;
+  }
+  if (!present(a.final_state) || a.final_state.shape[1] == 0 || a.final_state.shape[2] == 0)
+    return SC_OK;  // empty rows: nothing is written
+  for (int64_t n = 0; n < distinct; ++n) table_writes(k, r, n, &w);
+  if (distinct < k.N && !w.empty())
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "block_table: pool row %lld is written for every one of %lld sequences (the "
+                "block-table arguments are broadcast); every row written may be named once",
+                (long long)w.front().first, (long long)k.N);
+  std::sort(w.begin(), w.end());
+  for (size_t i = 1; i < w.size(); ++i)
+    if (w[i].first == w[i - 1].first)
+      return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                  "block_table: pool row %lld is written twice (for sequences %lld and %lld: "
+                  "final states and snapshots); every row written may be named once",
+                  (long long)w[i].first, (long long)w[i - 1].second, (long long)w[i].second);
+  return SC_OK;
+}
+
+// The groups first (before the state shapes, which depend on the table).
+sc_status check_table_groups(Call& k) {
+  const sc_conv_args& a = k.a;
+  sc_status st = check_together(k, "the block-table arguments (block_table, initial_block, "
+                                "final_block)", {{"block_table", present(a.block_table)},
+                                {"initial_block", present(a.initial_block)},
+                                {"final_block", present(a.final_block)}});
+  if (st == SC_OK && a.block_size < 0)
+    st = fail(k.err, SC_ERR_INVALID_ARGUMENT,
+              "block_size: expected >= 1 (or 0: no prefix caching), got %lld", (long long)a.block_size);
+  if (st == SC_OK)
+    st = check_together(k, "the prefix-caching arguments (block_size, computed_tokens, "
+                        "first_block)", {{"block_size", a.block_size > 0},
+                        {"computed_tokens", present(a.computed_tokens)},
+                        {"first_block", present(a.first_block)}});
+  if (st == SC_OK && a.block_size > 0 && !present(a.block_table))
+    st = fail(k.err, SC_ERR_INVALID_ARGUMENT,
+              "block_size: prefix caching writes its snapshots to rows named by block_table, "
+              "which is absent");
+  return st;
+}
+
+sc_status check_block_tables(Call& k) {
+  const sc_conv_args& a = k.a;
+  const bool snapshots = a.block_size > 0;
+  if (!k.table) return SC_OK;
+  if (k.ids)
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "block_table: not combinable with seq_idx (with seq_idx row i is id i's)");
+  const char* bad =
+      present(a.initial_state_indices) || present(a.final_state_indices)
+          ? "not combinable with initial_state_indices / final_state_indices (the table names the rows)"
+      : !present(a.initial_state) && !present(a.final_state)
+          ? "given but initial_state and final_state are absent"
+      : present(a.ring_offsets) ? "not combinable with ring_offsets"
+      : snapshots && !present(a.final_state) ? "prefix caching writes into final_state, which is absent"
+      : snapshots && (present(a.num_accepted) || present(a.parent_tokens))
+          ? "prefix caching (block_size) is for prefill chunks: not combinable with num_accepted or "
+            "parent_tokens"
+          : nullptr;
+  if (bad) return fail(k.err, SC_ERR_INVALID_ARGUMENT, "block_table: %s", bad);
+  if (const sc_status st = check_table_shapes(k, snapshots); st != SC_OK || !k.c.host()) return st;
+  return check_table_contents(k, snapshots);
 }
 
 // ---- activation-like tensors and the parameter gradients ----------------------------
@@ -463,7 +805,14 @@ sc_status check_overlaps(Call& k) {
                             {"cu_seqlens", &a.cu_seqlens},
                             {"initial_state_indices", &a.initial_state_indices},
                             {"has_initial_state", &a.has_initial_state},
-                            {"ring_offsets", &a.ring_offsets}, {"seq_idx", &a.seq_idx}};
+                            {"ring_offsets", &a.ring_offsets}, {"seq_idx", &a.seq_idx},
+                            {"num_accepted", &a.num_accepted},
+                            {"parent_tokens", &a.parent_tokens},
+                            {"block_table", &a.block_table},
+                            {"initial_block", &a.initial_block},
+                            {"final_block", &a.final_block},
+                            {"first_block", &a.first_block},
+                            {"computed_tokens", &a.computed_tokens}};
   std::vector<Named> outs;
   if (k.fwd) {
     ins.push_back({"residual", &a.residual});
@@ -520,6 +869,14 @@ void fill_problem(const Call& k, Problem* p) {
   p->pad_index = a.pad_index;
   to_view(a.seq_idx, &p->seq_idx);
   if (k.fwd) {
+    to_view(a.num_accepted, &p->accepted);
+    to_view(a.parent_tokens, &p->parents);
+    to_view(a.block_table, &p->table);
+    to_view(a.initial_block, &p->init_blk);
+    to_view(a.final_block, &p->final_blk);
+    to_view(a.first_block, &p->first_blk);
+    to_view(a.computed_tokens, &p->computed);
+    p->block_size = present(a.block_table) ? a.block_size : 0;
     to_act_view(a.residual, &p->residual);
     to_act_view(a.y, &p->y);
     to_view(a.final_state, &p->ht);
@@ -552,9 +909,11 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
   if (st != SC_OK) return st;
 
   Call k(*a, dir, err, be->memory == Memory::host);
-  for (sc_status (*stage)(Call&) : {check_batch, check_params, check_state_len, check_states,
-                                    check_addressing, check_act_like, check_cu_seqlens, check_seq_ids,
-                                    check_overlaps})
+  for (sc_status (*stage)(Call&) : {check_batch, check_forward_only, check_table_groups,
+                                    check_params, check_state_len, check_states,
+                                    check_addressing, check_act_like, check_cu_seqlens,
+                                    check_seq_ids, check_block_tables, check_serving,
+                                    check_overlaps, check_cross_reads})
     if ((st = stage(k)) != SC_OK) return st;
   fill_problem(k, p);
   return SC_OK;

@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "core/backend.hpp"
+#include "cpu/cpu_copy.hpp"
 #include "cpu/cpu_fpmode.hpp"
 #include "cpu/cpu_plan.hpp"
 
@@ -44,6 +45,8 @@ Isa pick_isa() {
   return isa;
 }
 
+constexpr double kZeros = 0.0;  // the source of a zero row (stride 0)
+
 int dtype_slot(sc_dtype dt) {
   switch (dt) {
     case SC_F32: return 0;
@@ -56,72 +59,114 @@ int dtype_slot(sc_dtype dt) {
 // The phases below run inside run_impl's one parallel region: each is an
 // orphaned `omp for` (its implicit barrier separates it from the next).
 
-// 0: weights and bias -> A, packed [Dp/L][W+1][L] (only the tiles read them).
+// 0: weights and bias -> A, packed [Dp/L][W+1][L] (only the tiles read them),
+// one vector block of L channels per task, one typed strided copy per tap.
 template <class A>
 void pack_params(const Problem& p, const Plan& pl, int64_t L, A* wb) {
   const int W = p.W;
+  constexpr int32_t Adt = acc_dtype<A>();
 #pragma omp for schedule(static)
-  for (int64_t d = 0; d < (pl.run_tiles ? pl.Dp : 0); ++d) {
-    const bool real = d < p.D;
-    A* w = wb + (d / L) * (W + 1) * L + d % L;
-    for (int k = 0; k < W; ++k)
-      w[k * L] = real ? A(load_f64(p.weight.data, p.weight.dtype, p.weight.off(d, k))) : A(0);
-    w[W * L] = real && p.bias ? A(load_f64(p.bias.data, p.bias.dtype, p.bias.off(d))) : A(0);
+  for (int64_t v = 0; v < (pl.run_tiles ? pl.Dp / L : 0); ++v) {
+    const int64_t d0 = v * L, n = std::clamp<int64_t>(p.D - d0, 0, L);
+    A* w = wb + v * (W + 1) * L;
+    for (int k = 0; k <= W; ++k) {
+      A* dst = w + k * L;
+      if (k < W)
+        copy_elems(elem_ptr(p.weight.data, p.weight.dtype, p.weight.off(d0, k)), p.weight.dtype,
+                   p.weight.stride[0], dst, Adt, 1, n);
+      else if (p.bias)
+        copy_elems(elem_ptr(p.bias.data, p.bias.dtype, p.bias.off(d0)), p.bias.dtype,
+                   p.bias.stride[0], dst, Adt, 1, n);
+      std::fill(dst + (k < W || p.bias ? n : 0), dst + L, A(0));
+    }
   }
 }
 
-// The last W-1 initial-state entries of sequence n (read from row r0, -1:
-// zeros) into its halo block h ([W-1][Dp]), channels [da, db).
-template <class A>
-void copy_halo(const Problem& p, const Plan& pl, A* h, int64_t n, int64_t r0, int64_t da,
-               int64_t db) {
-  const int W = p.W, S = p.S;
-  const int64_t Dp = pl.Dp;
-  for (int i = 0; i < W - 1; ++i)
-    for (int64_t d = da; d < db; ++d)
-      h[i * Dp + d] =
-          r0 >= 0 ? A(load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, p.state_slot(n, S - (W - 1) + i))))
-                  : A(0);
-  if (db == p.D)
-    for (int i = 0; i < W - 1; ++i)
-      for (int64_t d = p.D; d < Dp; ++d) h[i * Dp + d] = A(0);
+// u[pos] of sequence n for channels [da, da + nd) into dst (dtype ddt, channel
+// stride ds), one typed strided copy (cpu_copy.hpp).  The extended sequence
+// has s entries before x_n: S of h0 row r0 from entry 0, or with num_accepted
+// W-1 from window_start(n) (semantics section 5); -1: zeros.
+struct URow {
+  const Problem& p;
+  int64_t n, r0, s, base, xb, da, nd;
+  void operator()(int64_t pos, void* dst, int32_t ddt, int64_t ds) const {
+    if (pos >= s)
+      copy_elems(elem_ptr(p.x.data, p.x.dtype, xb + (pos - s) * p.x.stride[1] + da * p.x.stride[2]),
+                 p.x.dtype, p.x.stride[2], dst, ddt, ds, nd);
+    else if (r0 >= 0)
+      copy_elems(elem_ptr(p.h0.data, p.h0.dtype, p.h0.off(r0, da, p.state_slot(n, base + pos))),
+                 p.h0.dtype, p.h0.stride[1], dst, ddt, ds, nd);
+    else
+      copy_elems(&kZeros, SC_F64, 0, dst, ddt, ds, nd);
+  }
+};
+URow u_row(const Problem& p, const Seqs& sq, int64_t n, int64_t r0, int64_t da, int64_t db) {
+  const int64_t s = p.accepted ? p.W - 1 : p.S;
+  const int64_t base = p.accepted && r0 >= 0 ? p.window_start(n) : 0;  // h0 entry of u[0]
+  const int64_t xb = sq.len(n) > 0 ? sq.base(p.x, n) : 0;
+  return URow{p, n, r0, s, base, xb, da, db - da};
 }
 
-// ht[j] = u[L+j] of sequence n into row r1 (reading h0 row r0, -1: zeros),
-// channels [da, db).  Ascending j reads h0[L+j] (>= j) before ht[j] is
-// written, so ht may be h0's own row.  With ring rows ht[j] goes to the slot
-// of entry L+j, the one h0[L+j] was read from; later j read others.
-void final_state(const Problem& p, const Seqs& sq, int64_t n, int64_t r0, int64_t r1, int64_t da,
-                 int64_t db) {
-  const int S = p.S;
-  const int64_t Ln = sq.len(n), xb = Ln > 0 ? sq.base(p.x, n) : 0;
-  for (int64_t d = da; d < db; ++d)
-    for (int j = 0; j < S; ++j) {
-      const int64_t pos = Ln + j;
-      double v = 0.0;
-      if (pos < S)
-        v = r0 >= 0 ? load_f64(p.h0.data, p.h0.dtype, p.h0.off(r0, d, p.state_slot(n, pos))) : 0.0;
-      else
-        v = load_f64(p.x.data, p.x.dtype, xb + (pos - S) * p.x.stride[1] + d * p.x.stride[2]);
-      store_f64(p.ht.data, p.ht.dtype, p.ht.off(r1, d, p.final_slot(n, j)), v);
+// The W-1 entries of u before x_n into its halo block h ([W-1][Dp]).
+template <class A>
+void copy_halo(const Problem& p, const Plan& pl, A* h, const URow& u) {
+  const int W = p.W;
+  const int64_t Dp = pl.Dp;
+  for (int i = 0; i < W - 1; ++i) u(u.s - (W - 1) + i, h + i * Dp + u.da, acc_dtype<A>(), 1);
+  if (u.da + u.nd == p.D)
+    for (int i = 0; i < W - 1; ++i) std::fill(h + i * Dp + p.D, h + (i + 1) * Dp, A(0));
+}
+
+// ht[j] = u[from + j], the last E entries of u (E = S at the entries' slots,
+// or speculative (W-2) + L from the row's start), into row r1; and (prefix
+// caching) snapshot k, the S entries of u from r_k, into its row.  Per
+// channel, ascending j reads the h0 entry base + from + j (>= j) before ht[j]
+// is written, so ht may be h0's own row; with ring rows ht[j] goes to the slot
+// of entry L+j, the one h0[L+j] was read from; later j read others.  A write
+// into the row h0 was read from goes last, after every write that still reads
+// it (the rows written are distinct: at most one is h0's).
+void final_states(const Problem& p, const URow& u, int64_t L, int64_t r1) {
+  const int64_t n = u.n, E = p.final_entries(n), from = u.s + L - E, nsnap = p.snapshots(n);
+  auto final_state = [&] {
+    for (int64_t j = 0; j < E; ++j) {
+      const int64_t slot = p.accepted ? j : p.final_slot(n, j);
+      u(from + j, elem_ptr(p.ht.data, p.ht.dtype, p.ht.off(r1, u.da, slot)), p.ht.dtype,
+        p.ht.stride[1]);
     }
+  };
+  auto snapshot = [&](int64_t k, int64_t row) {
+    for (int64_t j = 0; j < p.S; ++j)
+      u(p.snapshot_tokens(n, k) + j, elem_ptr(p.ht.data, p.ht.dtype, p.ht.off(row, u.da, j)),
+        p.ht.dtype, p.ht.stride[1]);
+  };
+  const bool in_place = p.state_in_place && u.r0 >= 0;
+  for (int pass = 0; pass < (in_place ? 2 : 1); ++pass) {  // pass 1: the write into r0
+    const auto now = [&](int64_t row) { return row >= 0 && (!in_place || (row == u.r0) == (pass == 1)); };
+    if (now(r1)) final_state();
+    for (int64_t k = 0; k < nsnap; ++k)
+      if (const int64_t row = p.snapshot_row(n, k); now(row)) snapshot(k, row);
+  }
 }
 
 // 1, for sequence n and channels [da, db): the halo, then (forward) the final
-// state or (backward) dh0 of a zero-length sequence.
+// state (and snapshots) or (backward) dh0 of a zero-length sequence.
 template <class A>
 void sequence_states(const Problem& p, const Plan& pl, const Seqs& sq, A* halo, int64_t n,
                      int64_t da, int64_t db) {
-  const int S = p.S;
-  const int64_t r0 = p.h0_row(n), Ln = p.seq_len(n);
-  if (halo) copy_halo(p, pl, halo + n * (p.W - 1) * pl.Dp, n, r0, da, db);
+  const int64_t r0 = p.h0_row(n), Ln = sq.len(n), nd = db - da;
+  const URow u = u_row(p, sq, n, r0, da, db);
+  if (halo) copy_halo(p, pl, halo + n * (p.W - 1) * pl.Dp, u);
   if (p.dir == Dir::fwd) {
-    if (const int64_t r1 = p.ht_row(n); r1 >= 0) final_state(p, sq, n, r0, r1, da, db);
+    final_states(p, u, Ln, p.ht_row(n));
   } else if (p.dh0 && Ln == 0) {  // dh0 = dht for a zero-length sequence
-    for (int64_t d = da; d < db; ++d)
-      for (int j = 0; j < S; ++j)
-        store_f64(p.dh0.data, p.dh0.dtype, p.dh0.off(n, d, j),
-                  p.dht ? load_f64(p.dht.data, p.dht.dtype, p.dht.off(n, d, j)) : 0.0);
+    for (int j = 0; j < p.S; ++j) {
+      void* dst = elem_ptr(p.dh0.data, p.dh0.dtype, p.dh0.off(n, da, j));
+      if (p.dht)
+        copy_elems(elem_ptr(p.dht.data, p.dht.dtype, p.dht.off(n, da, j)), p.dht.dtype,
+                   p.dht.stride[1], dst, p.dh0.dtype, p.dh0.stride[1], nd);
+      else
+        copy_elems(&kZeros, SC_F64, 0, dst, p.dh0.dtype, p.dh0.stride[1], nd);
+    }
   }
 }
 
@@ -159,7 +204,7 @@ void id_states(const Problem& p, const Plan& pl, const Seqs& sq, A* halo) {
 #pragma omp for schedule(static)
   for (int64_t task = 0; task < (halo ? pl.halo_rows * n_sblocks : 0); ++task) {
     block(task, &r, &da, &db);
-    copy_halo(p, pl, halo + r * (p.W - 1) * pl.Dp, 0, r, da, db);
+    copy_halo(p, pl, halo + r * (p.W - 1) * pl.Dp, URow{p, 0, r, p.S, 0, 0, da, db - da});
   }
   const bool fwd = p.dir == Dir::fwd;
   const int64_t rows = fwd ? (p.ht ? sq.N : 0) : (p.dh0 ? p.dh0.shape[0] : 0);  // runs / dh0 rows
@@ -172,7 +217,7 @@ void id_states(const Problem& p, const Plan& pl, const Seqs& sq, A* halo) {
         for (int j = 0; j < p.S; ++j) store_f64(p.dh0.data, p.dh0.dtype, p.dh0.off(r, d, j), 0.0);
     } else if (!sq.pad(r)) {  // r: a run
       const int64_t id = sq.id(r);
-      final_state(p, sq, r, p.h0 ? id : -1, id, da, db);
+      final_states(p, u_row(p, sq, r, p.h0 ? id : -1, da, db), sq.len(r), id);
     }
   }
 }
@@ -234,10 +279,12 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
   c.halo = halo;
   c.part = part;
   c.scr = pl.ws_scratch ? ws + pl.off_scr : nullptr;
+  c.chains = pl.tree ? reinterpret_cast<int64_t*>(ws + pl.off_tree) : nullptr;
 
   const int wclass = p.W <= kMaxWClass ? p.W : 0;
   const int act = int(p.act);  // a listed activation id (validated)
-  const TileFn tile_fn = p.dir == Dir::fwd ? K.fwd[slot][act][wclass] : K.bwd[slot][act][wclass];
+  const TileFn tile_fn = pl.tree ? K.tree[slot][act]
+                         : p.dir == Dir::fwd ? K.fwd[slot][act][wclass] : K.bwd[slot][act][wclass];
 
   // Waking a team costs more than a tiny call's work (decode steps): below
   // kMinElemsPerThread elements per thread, use fewer threads.  Safe because

@@ -420,6 +420,58 @@ void fwd_tile(const Ctx& c, int64_t tile) {
   });
 }
 
+// Tree drafts (parent_tokens, semantics section 5): token t of sequence n
+// reads its chain of parents, then the state, instead of the W-1 positions
+// before it.  One task = (sequence n, d-tile) = task / n_dtiles, task %
+// n_dtiles, every token of the sequence; the chain's u positions go into the
+// task's workspace slot (oldest tap first).  The arithmetic is fwd_piece's in
+// fwd_piece's order (bias, taps 0..W-2, the token itself), so a chain of
+// parents t-1 gives fwd_piece's bits.  u positions below s (s = S, or W-1
+// with num_accepted) come from the halo, which holds u[s-(W-1) .. s).
+template <class O, class XT, class Act>
+void tree_task(const Ctx& c, int64_t task) {
+  static_assert(unscaled<O, Act>(), "the CPU kernels do not pre-scale weights");
+  using V = typename O::V;
+  using A = typename O::A;
+  constexpr int L = O::L;
+  const Plan& pl = *c.plan;
+  const Problem& p = *c.p;
+  const int W = p.W;
+  const int64_t n = task / pl.n_dtiles, dt = task % pl.n_dtiles, Dp = pl.Dp;
+  const int64_t d0 = dt * pl.tile_d, nd = std::min(d0 + pl.tile_d, p.D) - d0;
+  const int64_t s = p.accepted ? W - 1 : p.S, Ln = c.seqs.len(n);
+  const A* wb = static_cast<const A*>(c.wT) + d0 * (W + 1);  // [Dp/L][W+1][L], from channel d0
+  const A* halo = c.halo ? static_cast<const A*>(c.halo) + n * (W - 1) * Dp + d0 : nullptr;
+  const int64_t xst = p.x.stride[1], xsd = p.x.stride[2];
+  const XT* x_ = p.x.ptr<const XT>() + c.seqs.base(p.x, n) + d0 * xsd;
+  const int64_t yst = p.y.stride[1], ysd = p.y.stride[2];
+  XT* y_ = p.y.ptr<XT>() + c.seqs.base(p.y, n) + d0 * ysd;
+  const int64_t rst = p.residual.stride[1], rsd = p.residual.stride[2];
+  const XT* res_ = p.residual ? p.residual.ptr<const XT>() + c.seqs.base(p.residual, n) + d0 * rsd : nullptr;
+  int64_t* q = c.chains + task * W;  // q[k]: the u position tap k reads
+  for (int64_t t = 0; t < Ln; ++t) {
+    int64_t pos = s + t;
+    for (int k = W - 1; k >= 0; --k) {
+      q[k] = pos;
+      pos = pos - s >= 1 ? s + p.parent(n, pos - s) : pos - 1;
+    }
+    for (int64_t j = 0; j < nd; j += L) {
+      const int nl = int(std::min<int64_t>(L, nd - j));
+      const A* wv = wb + (j / L) * (W + 1) * L;
+      auto u = [&](int64_t at) {  // u[at] of channels j..j+nl
+        if (at >= s) return load_lanes<O>(x_ + (at - s) * xst + j * xsd, xsd, nl);
+        return halo ? O::load(halo + (at - (s - (W - 1))) * Dp + j) : O::zero();
+      };
+      V acc = O::load(wv + W * L);  // bias
+      for (int k = 0; k < W - 1; ++k) acc = O::fma(O::load(wv + k * L), u(q[k]), acc);
+      acc = O::fma(O::load(wv + (W - 1) * L), u(q[W - 1]), acc);
+      V out = Act::template value<O>(acc);
+      if (res_) out = out + load_lanes<O>(res_ + t * rst + j * rsd, rsd, nl);
+      store_lanes<O>(y_ + t * yst + j * ysd, ysd, nl, out);
+    }
+  }
+}
+
 template <class O, int WT, class XT, class Act>
 void bwd_tile(const Ctx& c, int64_t tile) {
   static_assert(unscaled<O, Act>(), "the CPU kernels do not pre-scale weights");
@@ -465,6 +517,7 @@ constexpr void fill_row(Kernels& k, int slot) {
   k.bwd[slot][a][2] = &bwd_tile<OB, 2, XT, Act>;
   k.bwd[slot][a][3] = &bwd_tile<OB, 3, XT, Act>;
   k.bwd[slot][a][4] = &bwd_tile<OB, 4, XT, Act>;
+  k.tree[slot][a] = &tree_task<OF, XT, Act>;  // a speculative tree step: forward only
 }
 template <class... Act>
 constexpr Kernels make_table(const char* name, ActList<Act...>) {

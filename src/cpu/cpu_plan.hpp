@@ -30,6 +30,11 @@
 //   part  [tiles][tile_d/L][W+1][L]  backward partial dweight taps and dbias
 //   scr   [tiles][rings][W][tile_d]  window rings, only when they exceed the
 //                          stack budget (forced wide tiles or a huge W)
+//   chain [tasks][W]       int64: tree drafts (parent_tokens), the u positions
+//                          one token's taps read, per (sequence, d-tile) task
+//
+// Tree drafts replace the tiles by one task per (sequence, d-tile) that walks
+// every token of its sequence (a token may read any earlier one of its step).
 #pragma once
 
 #include <algorithm>
@@ -85,9 +90,10 @@ struct Plan {
   bool run_tiles = false;        // phase 2 has work (an output the tiles write, tokens, channels)
   bool halo = false;             // initial-state halo in the workspace (h0 given, W > 1, tiles run)
   bool part = false;             // backward dweight/dbias partials in the workspace
+  bool tree = false;             // parent_tokens: phase 2 runs n_tiles = N * n_dtiles tree tasks
   bool runs = false;             // seq_idx: the run table in the workspace
   int64_t halo_rows = 0;         // halo rows: N, or with seq_idx initial_state's rows
-  size_t off_w = 0, off_halo = 0, off_part = 0, off_scr = 0, off_runs = 0, bytes = 0;
+  size_t off_w = 0, off_halo = 0, off_part = 0, off_scr = 0, off_tree = 0, off_runs = 0, bytes = 0;
   bool too_large = false;        // some size does not fit in 63 bits: the call is refused
 };
 
@@ -106,7 +112,8 @@ inline Plan make_plan(const Problem& p) {
   pl.tile_t = p.exec.tile_t > 0 ? clamp_tile(p.exec.tile_t, pl.total) : Tiling::kAutoTileT;
   pl.n_chunks = ceil_div(pl.total, pl.tile_t);
   pl.n_dtiles = p.D > 0 ? ceil_div(p.D, pl.tile_d) : 0;
-  const Count tiles = Count(pl.n_chunks) * pl.n_dtiles;
+  pl.tree = p.dir == Dir::fwd && bool(p.parents);
+  const Count tiles = Count(pl.tree ? p.N : pl.n_chunks) * pl.n_dtiles;
   pl.n_tiles = tiles.value();
   const int rings = p.dir == Dir::fwd ? 1 : 2;  // x window (+ dpre window)
   // ... or the time-vectorised kernels' staging buffers, whichever is larger
@@ -115,7 +122,7 @@ inline Plan make_plan(const Problem& p) {
   const Count ring_tv = Count(2) * Tiling::kAutoTileT + Count(3) * (W - 1) + 4 * Tiling::kLane;
   const Count ring = ring_cv.value() >= ring_tv.value() ? ring_cv : ring_tv;  // (value() saturates)
   pl.ring_elems = ring.value();
-  pl.ws_scratch = (ring * int64_t(pl.acc)).value() > int64_t(Tiling::kStackRingBytes);
+  pl.ws_scratch = !pl.tree && (ring * int64_t(pl.acc)).value() > int64_t(Tiling::kStackRingBytes);
   const bool wanted = p.dir == Dir::fwd ? bool(p.y) : (p.dx || p.dh0 || p.dweight || p.dbias);
   pl.run_tiles = wanted && pl.total > 0 && p.D > 0;
   pl.halo = p.h0 && W > 1 && pl.run_tiles;
@@ -134,6 +141,8 @@ inline Plan make_plan(const Problem& p) {
   if (pl.part) off += aligned(tiles * (W + 1) * pl.tile_d * acc);
   pl.off_scr = off.bytes();
   if (pl.ws_scratch) off += aligned(tiles * ring * acc);
+  pl.off_tree = off.bytes();
+  if (pl.tree && pl.run_tiles) off += aligned(tiles * W * int64_t(sizeof(int64_t)));
   pl.off_runs = off.bytes();
   if (pl.runs) off += aligned((Count(pl.total) + 1) * 8);
   off += 64;  // room to align the caller's pointer
@@ -179,6 +188,7 @@ struct Ctx {
   const void* halo = nullptr;  // A [halo_rows][W-1][Dp], nullptr: zero initial states
   void* part = nullptr;        // A [tiles][tile_d/L][W+1][L] (backward, when dweight/dbias wanted)
   void* scr = nullptr;         // A [tiles][ring_elems] (rings too big for the stack)
+  int64_t* chains = nullptr;   // [tasks][W] tap positions of tree drafts
 };
 
 // Calls f(n, tb, te, L) for each non-empty piece of chunk c, in sequence order.
@@ -216,6 +226,7 @@ struct Kernels {
   // [dtype f32=0, f16=1, bf16=2, f64=3][activation id][W class: 0 generic, 1..kMaxWClass]
   TileFn fwd[4][Activations::kCount][kMaxWClass + 1];
   TileFn bwd[4][Activations::kCount][kMaxWClass + 1];
+  TileFn tree[4][Activations::kCount];  // forward with parent_tokens: one (sequence, d-tile) task
 };
 // Instruction sets, in order: a machine that runs one runs every lower one.
 // v128: 128-bit vectors, every architecture's baseline (SSE2, NEON, generic);

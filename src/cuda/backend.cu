@@ -80,6 +80,17 @@ Args make_args(const Problem& p, const Plan& pl, void* workspace) {
   a.has_h0 = dt(p.has_h0);
   a.ring = dt(p.ring);
   a.pad_index = p.pad_index;
+  a.accepted = dt(p.accepted);
+  a.parents = dt(p.parents);
+  a.parent_cols = p.parents ? p.parents.shape[1] : 0;
+  a.table = dt(p.table);
+  a.init_blk = dt(p.init_blk);
+  a.final_blk = dt(p.final_blk);
+  a.first_blk = dt(p.first_blk);
+  a.computed = dt(p.computed);
+  a.table_cols = p.table ? p.table.shape[1] : 0;
+  a.block_size = p.block_size;
+  a.state_io = int(pl.state_io);
   a.sid = dt(p.seq_idx);
   a.axis = pl.axis;
   // seq_idx: the walker resolves run ends up to the backward's look-ahead
@@ -109,6 +120,11 @@ sc_status workspace(const Problem& p, size_t* bytes, sc_error* err) {
 }
 
 sc_status run(const Problem& p, sc_error* err) {
+  if (serving_step(p) && p.W > kMaxFastW)
+    return fail(err, SC_ERR_UNSUPPORTED,
+                "%s: the cuda backend runs serving steps (num_accepted, parent_tokens) for "
+                "W <= %d, got W = %d", p.accepted ? "num_accepted" : "parent_tokens", kMaxFastW,
+                p.W);
   const Path path = choose_path(p);
   const Plan pl = plan_for(p, path, plan_sms());
   if (pl.grid_x > kMaxGridX || pl.grid_y > kMaxGridY)

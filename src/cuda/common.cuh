@@ -36,6 +36,14 @@ struct Args {
   DTensor dy, dht, dx, dweight, dbias, dh0;                          // backward
   DTensor has_h0, ring;     // state addressing: [N] flags, [N] ring offsets
   int64_t pad_index;        // a state index meaning "no row", besides -1
+  DTensor accepted;         // serving: [N] num_accepted (speculative decoding)
+  DTensor parents;          // serving: [N, M] parent_tokens (tree drafts); s0, s1 strides
+  int64_t parent_cols;      // M
+  DTensor table;            // block tables: [N, M] pool rows (s0, s1 strides)
+  DTensor init_blk, final_blk, first_blk, computed;  // [N] each (prefix caching: the last two)
+  int64_t table_cols;       // M
+  int64_t block_size;       // > 0: prefix caching (snapshots at block boundaries)
+  int state_io;             // decode: how state rows are accessed (plan.hpp StateIo)
   DTensor sid;              // seq_idx [B, T] (n0 = B; s0, s1), absent: nullptr
   // tiling of the (batch, time) axis: a tile is tile_t consecutive tokens of
   // one batch row (dense), of the packed token axis, or of the B*T tokens
@@ -254,6 +262,18 @@ __device__ __forceinline__ int64_t state_row(const Args& a, const DTensor& st_, 
   const int64_t r = ld_index(idx, n);
   return (r < 0 || r >= st_.n0 || r == a.pad_index) ? -1 : r;
 }
+// Pool row block_table[n, blk[n] + add] of `pool` (-1: none, the pad index,
+// or a block index or table entry out of range: the kernels clamp, section 7).
+__device__ __forceinline__ int64_t table_row(const Args& a, const DTensor& pool,
+                                             const DTensor& blk, int64_t n, int64_t add) {
+  if (!pool.p) return -1;
+  const int64_t b = ld_index(blk, n) + add;
+  if (b < 0 || b >= a.table_cols) return -1;
+  const int64_t o = n * a.table.s0 + b * a.table.s1;
+  const int64_t r = a.table.dt == SC_I32 ? int64_t(static_cast<const int32_t*>(a.table.p)[o])
+                                         : static_cast<const int64_t*>(a.table.p)[o];
+  return (r < 0 || r >= pool.n0 || r == a.pad_index) ? -1 : r;
+}
 // The initial-state row sequence n reads (-1: a zero state, also when its
 // has_initial_state flag is false) and the final-state row it writes.
 __device__ __forceinline__ int64_t h0_row_of(const Args& a, int64_t n) {
@@ -263,10 +283,25 @@ __device__ __forceinline__ int64_t h0_row_of(const Args& a, int64_t n) {
                           : ld_index(a.has_h0, n) != 0;
     if (!flag) return -1;
   }
+  if (a.table.p) return table_row(a, a.h0, a.init_blk, n, 0);
   return state_row(a, a.h0, a.h0_idx, n);
 }
 __device__ __forceinline__ int64_t ht_row_of(const Args& a, int64_t n) {
+  if (a.table.p) return table_row(a, a.ht, a.final_blk, n, 0);
   return state_row(a, a.ht, a.ht_idx, n);
+}
+// Prefix caching: the block boundaries strictly inside sequence n's chunk of L
+// tokens (0 without), and in *m0 the block number m of the first (at m * B).
+__device__ __forceinline__ int64_t snapshot_count(const Args& a, int64_t n, int64_t L,
+                                                  int64_t* m0) {
+  *m0 = 0;
+  if (a.block_size <= 0 || !a.ht.p) return 0;
+  int64_t c = ld_index(a.computed, n);
+  c = c < 0 ? 0 : c;
+  *m0 = c / a.block_size + 1;
+  if (L < 2) return 0;
+  const int64_t last = (c + L - 1) / a.block_size;
+  return last >= *m0 ? last - *m0 + 1 : 0;
 }
 // Row of dfinal_state for sequence n (with seq_idx n is the id, clamped like
 // a pool index: past the rows there is no dht term); -1: none.

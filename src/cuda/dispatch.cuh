@@ -140,6 +140,8 @@ cudaError_t launch_path(const Plan& pl, const Args& a, Launch* l) {
       found = true;
       e = K::template general<acc_t<T>>(pl, a, l);
       break;
+    case Path::decode:  // (launch_decode's: no instance of either direction's tables)
+      break;
   }
   return found ? e : l->no_instance(path_name(pl.path));
 }
@@ -147,6 +149,8 @@ cudaError_t launch_path(const Plan& pl, const Args& a, Launch* l) {
 // Kernels of each direction (fwd.cu, bwd.cu).
 cudaError_t launch_fwd(const Problem& p, const Plan& pl, const Args& a, Launch* l);
 cudaError_t launch_bwd(const Problem& p, const Plan& pl, const Args& a, Launch* l);
+// The one-launch decode step (decode.cu), for plans of Path::decode.
+cudaError_t launch_decode(const Problem& p, const Plan& pl, const Args& a, Launch* l);
 
 // The kernels' argument block for a problem and its plan (backend.cu).
 Args make_args(const Problem& p, const Plan& pl, void* workspace);

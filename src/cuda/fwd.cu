@@ -24,8 +24,11 @@
 // - state_fwd: one thread per (sequence, channel) writes ht_n[j] = u_n[L+j]
 //   walking j upward, after the main kernel on the same stream, so with an
 //   aliased (in-place) pool every h0 read (main kernel, and u_n[L+j] with
-//   L+j >= j here) happens before the write of ht[j].  state_fwd_ids: the
-//   same for the runs of seq_idx (a thread per (32-token block, channel)).
+//   L+j >= j here) happens before the write of ht[j].  With prefix caching it
+//   also writes the snapshot at every block boundary inside the chunk (the
+//   last S entries of u after r tokens), the write into h0's own row last.
+//   state_fwd_ids: the same for the runs of seq_idx (a thread per (32-token
+//   block, channel)).
 // - seq_idx: the tiles are on the flat B*T axis; the walker (common.cuh) finds
 //   the runs, padding runs write y = 0.
 #include "cuda/activation.cuh"
@@ -371,27 +374,49 @@ __global__ void __launch_bounds__(GeneralTraits::kThreads, GeneralTraits::kMinBl
 
 // ---- final state ------------------------------------------------------------------
 
+// ht[j] = u(from + j) of channel d into row `out` (slot j, or its ring slot);
+// j upward: u(from + j) (an h0 entry at index >= j, or x) is read before ht[j]
+// is written, so the aliased in-place update never reads a written slot (with
+// ring rows: ht[j] goes to slot (c + L + j) mod S, the slot u(L+j) was read
+// from when it is an h0 entry; later j read other slots).
+__device__ __forceinline__ void write_state(const Args& a, const Seq& q, int64_t in, int64_t d,
+                                            int64_t out, int64_t from, bool ring_slots) {
+  // slot of entry 0, before wrapping (without rings entry j is slot j)
+  const int64_t first = ring_slots && a.ring.p && a.S > 0 ? q.c + q.L % a.S : 0;
+  for (int64_t j = 0; j < a.S; ++j) {
+    const double v = load_u<double>(a, q, in, d, from + j);  // exact copy, rounded once
+    int64_t slot = first + j;
+    slot -= slot >= a.S ? a.S : 0;
+    slot -= slot >= a.S ? a.S : 0;
+    st<double>(a.ht.p, a.ht.dt, out * a.ht.s0 + d * a.ht.s1 + slot * a.ht.s2, v);
+  }
+}
+
 __global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocksPerSm)
     state_fwd(const Args a) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= a.N * a.D) return;
   const int64_t n = i / a.D, d = i - n * a.D;
-  const int64_t out = ht_row_of(a, n);
-  if (out < 0) return;
-  const int64_t in = h0_row_of(a, n);
+  const int64_t out = ht_row_of(a, n), in = h0_row_of(a, n);
   const Seq q = seq_of(a, n);
-  // j upward: u(L+j) (an h0 entry at index >= j, or x) is read before ht[j]
-  // is written, so the aliased in-place update never reads a written slot
-  // (with ring rows: ht[j] goes to slot (c + L + j) mod S, the slot u(L+j)
-  // was read from when it is an h0 entry; later j read other slots).
-  // slot of ht[0], before wrapping (without rings ht[j] is slot j)
-  const int64_t first = a.ring.p && a.S > 0 ? q.c + q.L % a.S : 0;
-  for (int64_t j = 0; j < a.S; ++j) {
-    const double v = load_u<double>(a, q, in, d, q.L + j);  // exact copy, rounded once
-    int64_t slot = first + j;
-    slot -= slot >= a.S ? a.S : 0;
-    slot -= slot >= a.S ? a.S : 0;
-    st<double>(a.ht.p, a.ht.dt, out * a.ht.s0 + d * a.ht.s1 + slot * a.ht.s2, v);
+  int64_t m0 = 0;
+  const int64_t nsnap = snapshot_count(a, n, q.L, &m0);
+  if (out < 0 && nsnap == 0) return;
+  // The final state, then (prefix caching) the snapshot at every block boundary
+  // inside the chunk, the last S entries of u after r = m * B - c tokens.  A
+  // write into the row h0 was read from goes last (rows written are distinct:
+  // at most one is h0's), after every write that still reads it.
+  const bool in_place = a.h0.p == a.ht.p && in >= 0;
+  const int64_t c0 = (m0 - 1) * a.block_size;  // (c rounded down to a block start)
+  const int64_t c = a.block_size > 0 ? ld_index(a.computed, n) : 0;
+  for (int pass = 0; pass < (in_place ? 2 : 1); ++pass) {
+    auto now = [&](int64_t row) { return row >= 0 && (!in_place || (row == in) == (pass == 1)); };
+    if (now(out)) write_state(a, q, in, d, out, q.L, true);
+    for (int64_t k = 0; k < nsnap; ++k) {
+      const int64_t row = table_row(a, a.ht, a.first_blk, n, k);
+      const int64_t r = c0 + (k + 1) * a.block_size - (c < 0 ? 0 : c);
+      if (now(row)) write_state(a, q, in, d, row, r, false);
+    }
   }
 }
 
@@ -454,6 +479,7 @@ struct FwdKernels {
 }  // namespace
 
 cudaError_t launch_fwd(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
+  if (pl.path == Path::decode) return launch_decode(p, pl, a, l);  // outputs and rows, one launch
   if (p.y && pl.ntiles > 0 && p.D > 0) {
     const cudaError_t e =
         with_act_type(p.act_dtype, [&](auto t) { return launch_path<FwdKernels, typename decltype(t)::type>(pl, a, l); });

@@ -138,7 +138,74 @@ void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
     pl->smem = TmTraits::bwd_smem(cx, ty, pl->ch, pl->wmax, p.act_dtype == SC_F64 ? 8 : 4);
 }
 
+// The decode path's vector instance: x, y, residual channel-contiguous in
+// 16-byte vectors of CH = 16 / element-size channels, W <= kVecWmax, not fp64.
+bool decode_vec_ok(const Problem& p) {
+  if (p.act_dtype == SC_F64 || p.W > DecodeTraits::kVecWmax) return false;
+  const int ch = 16 / dtype_size(p.act_dtype);
+  if (p.D % ch != 0) return false;
+  return all_act(p, [&](const View& v) {
+    return (v.stride[2] == 1 || v.shape[2] == 1) && v.stride[0] % ch == 0 &&
+           v.stride[1] % ch == 0 && aligned(v.data, 16);
+  });
+}
+
+// How the decode kernel's CH-channel threads read and write the state rows.
+StateIo decode_state_io(const Problem& p, int ch) {
+  if (ch == 1 || p.ring || p.state_dtype != p.act_dtype || (!p.h0 && !p.ht)) return StateIo::scalar;
+  const int64_t es = dtype_size(p.state_dtype);
+  auto both = [&](auto ok) { return (!p.h0 || ok(p.h0)) && (!p.ht || ok(p.ht)); };
+  if (both([&](const View& v) {
+        return v.stride[1] == 1 && v.stride[0] % ch == 0 && v.stride[2] % ch == 0 &&
+               aligned(v.data, ch * es);
+      }))
+    return StateIo::channel_vec;
+  if (p.S <= DecodeTraits::kRowVecMaxS && ch * es == 16 && both([&](const View& v) {
+        return v.stride[2] == 1 && v.stride[1] == p.S && v.stride[0] % ch == 0 &&
+               aligned(v.data, 16);
+      }))
+    return StateIo::row_vec;
+  return StateIo::scalar;
+}
+
+// Decode: a block per (sequence, kThreads*CH channels), grid.x sequences,
+// grid.y channel groups; a thread walks its sequence's tokens in order.
+void plan_decode(const Problem& p, Plan* pl) {
+  const bool vec = decode_vec_ok(p);
+  pl->ch = vec ? 16 / dtype_size(p.act_dtype) : 1;
+  pl->wmax = vec ? DecodeTraits::kVecWmax : DecodeTraits::kScalarWmax;
+  pl->state_io = decode_state_io(p, pl->ch);
+  pl->block_x = DecodeTraits::kThreads;
+  pl->grid_x = p.N;
+  pl->grid_y = ceil_div(p.D, int64_t(DecodeTraits::kThreads) * pl->ch);
+  pl->smem = pl->state_io == StateIo::row_vec ? DecodeTraits::rowvec_smem(p.S) : 0;
+  pl->tile_t = std::max<int64_t>(p.T, 1);  // a "tile" is a whole sequence
+  pl->tiles_per_row = 1;
+  pl->ntiles = p.N;
+}
+
 }  // namespace
+
+bool serving_step(const Problem& p) { return p.dir == Dir::fwd && (p.accepted || p.parents); }
+
+bool decode_shaped(const Problem& p) {
+  // (prefix-caching snapshots are state_fwd's: a prefill chunk takes the tiled paths;
+  // seq_idx runs are found by the tiled walker: the decode kernel takes offsets only)
+  if (p.dir != Dir::fwd || p.W > kMaxFastW || p.block_size > 0 || p.seq_idx) return false;
+  if (serving_step(p)) return true;
+  if (p.exec.tile_t > 0) return false;  // forced time tiles are the tiled paths' (tests sweep them)
+  const int64_t most = DecodeTraits::kMaxTokens;
+  return p.packed ? p.T <= most * std::max<int64_t>(p.N, 1) : p.T <= most;
+}
+
+const char* state_io_name(StateIo io) {
+  switch (io) {
+    case StateIo::scalar: return "scalar";
+    case StateIo::channel_vec: return "channel vectors";
+    case StateIo::row_vec: return "row vectors";
+  }
+  return "?";
+}
 
 const char* path_name(Path path) {
   switch (path) {
@@ -146,12 +213,15 @@ const char* path_name(Path path) {
     case Path::token_major_scalar: return "token-major scalar";
     case Path::channel_major: return "channel-major";
     case Path::general: return "general";
+    case Path::decode: return "decode";
   }
   return "?";
 }
 
-int candidate_paths(const Problem& p, Path out[4]) {
+int candidate_paths(const Problem& p, Path out[kMaxPaths]) {
   int n = 0;
+  if (decode_shaped(p)) out[n++] = Path::decode;
+  if (serving_step(p)) return n;  // the decode kernel only (none for W > kMaxFastW)
   if (p.W > kMaxFastW) {
     out[n++] = Path::general;
     return n;
@@ -163,20 +233,23 @@ int candidate_paths(const Problem& p, Path out[4]) {
 }
 
 Path choose_path(const Problem& p) {
-  Path cand[4];
+  Path cand[kMaxPaths];
   const int n = candidate_paths(p, cand);
   for (int i = 0; i < n; ++i) {
     if (cand[i] == Path::token_major_vec && !tm_vec_ok(p)) continue;
     if (cand[i] == Path::channel_major && !cm_ok(p)) continue;
     return cand[i];
   }
-  return Path::general;  // (unreachable: the scalar and general paths take anything)
+  // Reached only by a serving step with W > kMaxFastW, which has no candidate
+  // (run() refuses it first); every other problem has the scalar or general path.
+  return Path::general;
 }
 
 Plan plan_for(const Problem& p, Path path, int sms) {
   Plan pl;
   pl.path = path;
   if (path == Path::channel_major) plan_cm(p, sms, &pl);
+  else if (path == Path::decode) plan_decode(p, &pl);
   else plan_tm(p, path, sms, &pl);
   const bool bwd = p.dir == Dir::bwd;
   const bool want_dw = bwd && (p.dweight || p.dbias);
@@ -188,7 +261,7 @@ Plan plan_for(const Problem& p, Path path, int sms) {
 
 Count workspace_need(const Problem& p, int sms) {
   if (p.dir == Dir::fwd) return 0;
-  Path cand[4];
+  Path cand[kMaxPaths];
   const int n = candidate_paths(p, cand);
   Count most = 0;
   for (int i = 0; i < n; ++i) {

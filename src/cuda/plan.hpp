@@ -19,8 +19,28 @@ enum class Path {
   token_major_scalar,  // any strides, fp64, W 9..16: fwd_tm/bwd_tm, CH = 1
   channel_major,       // dense, time axis contiguous, not packed, no seq_idx, not fp64: fwd_cm/bwd_cm
   general,             // W > kMaxFastW: fwd_general, dpre_general + bwd_general
+  decode,              // forward of a few tokens per sequence, or a serving step: fwd_decode,
+                       // one launch that also rewrites the state rows
 };
 const char* path_name(Path path);
+
+// How fwd_decode reads and writes state rows, from the state tensors' strides,
+// dtype and alignment (the same for initial_state and final_state):
+enum class StateIo {
+  scalar,       // any strides and dtype: one element at a time (ring rows too)
+  channel_vec,  // channel axis contiguous ([P, D, S] with stride(D) = 1, vLLM's pools): one
+                // CH-channel vector per entry
+  row_vec,      // rows [P, D, S] contiguous (entries of a channel adjacent): a thread's
+                // CH x S block is S 16-byte vectors, staged in its slice of shared memory
+};
+const char* state_io_name(StateIo io);
+
+constexpr int kMaxPaths = 5;  // candidates of one problem, at most
+
+// Whether p is a decode step (a few tokens per sequence) or a serving step
+// (num_accepted / parent_tokens: the decode path only).
+bool decode_shaped(const Problem& p);
+bool serving_step(const Problem& p);
 
 struct Plan {
   Path path = Path::general;
@@ -34,12 +54,13 @@ struct Plan {
   int64_t axis = 0;         // tokens per tiled row: T, or B*T with seq_idx (one row)
   int64_t tiles_per_row = 0, ntiles = 0;
   int64_t parts = 0;        // dweight/dbias partial rows in the workspace (backward)
+  StateIo state_io = StateIo::scalar;  // decode: how state rows are read and written
   Count part_bytes = 0, dpre_bytes = 0;
 };
 
 // The paths a problem's shapes and dtypes allow, most specialised first
 // (strides and pointer alignment then decide among them: choose_path).
-int candidate_paths(const Problem& p, Path out[4]);
+int candidate_paths(const Problem& p, Path out[kMaxPaths]);
 Path choose_path(const Problem& p);
 
 // Plan for `path` (any candidate can be planned; run() uses choose_path's).

@@ -115,6 +115,30 @@ struct SmallTraits {
   static_assert(kDpreCache >= kMaxFastW, "the fast paths' windows fit the cache");
 };
 
+// fwd_decode (Path::decode, one launch per decode step): a thread owns CH
+// channels of one sequence (then of every gridDim.y-th sequence after it); a
+// block is kThreads threads along channels.  It reads the window once, runs
+// the sequence's few tokens in order and rewrites the state row itself.
+struct DecodeTraits {
+  static constexpr int kThreads = 128;
+  static constexpr int kMinBlocksPerSm = 0;  // no register cap
+  // Vector instance: CH = one 16-byte x vector of channels, W <= kVecWmax.
+  static constexpr int kVecWmax = 4;
+  // Scalar instance (any strides, fp64, W 5..16): one channel per thread.
+  static constexpr int kScalarWmax = kMaxFastW;
+  // "A decode step": at most kMaxTokens tokens per sequence (dense), at most
+  // that many per sequence on average (packed; a longer sequence of a packed
+  // step is walked by its threads token after token, correct but serial).
+  static constexpr int64_t kMaxTokens = 16;
+  // Row-contiguous states ([P, D, S], S entries of a channel adjacent) are
+  // staged per thread in shared memory (S 16-byte vectors) up to this S.
+  static constexpr int kRowVecMaxS = 16;
+  static SC_TRAIT size_t rowvec_smem(int S) { return size_t(kThreads) * size_t(S) * 16; }
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "a block is whole warps");
+};
+static_assert(DecodeTraits::rowvec_smem(DecodeTraits::kRowVecMaxS) <= 48 * 1024,
+              "the row_vec stage fits the default dynamic shared memory limit");
+
 // state_fwd_ids / state_bwd_ids (seq_idx): a block's warps share kTokens
 // consecutive tokens of the flat B*T axis (one warp ballot finds the runs
 // ending / starting there), each thread one channel of their state rows:

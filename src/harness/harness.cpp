@@ -51,14 +51,34 @@ int64_t Case::xt() const {
 int64_t Case::h0_row(int64_t n) const {
   if (!h0 || (!has_h0.empty() && !has_h0[size_t(n)])) return -1;
   if (pool == 0) return n;  // (the pad index applies to index tensors only)
-  const int64_t r = h0_index[size_t(n)];
+  const int64_t r = !table() ? h0_index[size_t(n)]
+                              : block_table[size_t(n * table_cols + initial_block[size_t(n)])];
   return r == pad_index ? -1 : r;
 }
 
 int64_t Case::ht_row(int64_t n) const {
   if (!ht) return -1;
   if (pool == 0) return n;
-  const int64_t r = ht_index[size_t(n)];
+  const int64_t r = !table() ? ht_index[size_t(n)]
+                              : block_table[size_t(n * table_cols + final_block[size_t(n)])];
+  return r == pad_index ? -1 : r;
+}
+
+int64_t Case::snapshots(int64_t n) const {
+  if (block_size <= 0 || !ht) return 0;
+  const int64_t c = computed[size_t(n)], L = seq_len(n);
+  if (L < 2) return 0;
+  const int64_t first = c / block_size + 1, last = (c + L - 1) / block_size;
+  return last >= first ? last - first + 1 : 0;
+}
+
+int64_t Case::snapshot_tokens(int64_t n, int64_t k) const {
+  const int64_t c = computed[size_t(n)];
+  return (c / block_size + 1 + k) * block_size - c;
+}
+
+int64_t Case::snapshot_row(int64_t n, int64_t k) const {
+  const int64_t r = block_table[size_t(n * table_cols + first_block[size_t(n)] + k)];
   return r == pad_index ? -1 : r;
 }
 
@@ -120,6 +140,18 @@ std::string Case::describe() const {
   if (!ring.empty()) o << " rings";
   if (pad_index != -1) o << " pad=" << pad_index;
   if (state_transposed) o << " state^T";
+  if (!accepted.empty()) {
+    o << " accepted[";
+    for (size_t i = 0; i < accepted.size(); ++i) o << (i ? "," : "") << accepted[i];
+    o << "]";
+  }
+  if (!parents.empty()) o << " tree(M=" << parent_cols << ")";
+  if (table()) o << " table(M=" << table_cols << ")";
+  if (block_size > 0) {
+    o << " apc(B=" << block_size << ", c=";
+    for (size_t i = 0; i < computed.size(); ++i) o << (i ? "," : "") << computed[i];
+    o << ")";
+  }
   if (dht) o << " dht";
   if (!dy) o << " no-dy";
   if (dy_broadcast) o << " dy-broadcast";
@@ -158,6 +190,7 @@ Inputs make_inputs(const Case& c) {
 }
 
 Outputs run(const Case& c, const Inputs& in, sc_backend backend, int pass) {
+  if (c.serving()) pass &= kForward;  // serving steps are forward-only (semantics section 7)
   Prepared p(c, &in, backend);
   p.poison_outputs();
   std::string err;

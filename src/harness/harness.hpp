@@ -72,6 +72,17 @@ struct Case {
   std::vector<int64_t> ring;      // [N] ring_offsets (>= 0): state rows are rings
   int64_t pad_index = -1;         // a state index meaning "no row", besides -1
   bool state_transposed = false;  // h0/ht stored [rows, S, D]: strides {D*S, 1, D}
+  // Serving steps (section 5), forward only; empty: absent.
+  std::vector<int64_t> accepted;  // [N] num_accepted (speculative decoding)
+  std::vector<int64_t> parents;   // [N, parent_cols] parent_tokens (tree drafts), row-major
+  int64_t parent_cols = 0;        // M
+  // Block tables and prefix caching (section 5); empty: absent.  With a table the
+  // pool rows come from it (h0_index / ht_index unused).
+  std::vector<int64_t> block_table;  // [N, table_cols] pool rows, row-major
+  int64_t table_cols = 0;            // M; 0: no block table
+  std::vector<int64_t> initial_block, final_block;  // [N]
+  std::vector<int64_t> first_block, computed;       // [N] (prefix caching)
+  int64_t block_size = 0;
   bool dht = false;       // dfinal_state given to the backward
   bool dy = true;         // dy given (absent = zeros)
   bool dy_broadcast = false;  // dy is one [D] row broadcast with strides {0, 0, 1}
@@ -87,6 +98,14 @@ struct Case {
   int64_t xt() const;
   int64_t state_rows() const { return by_ids() ? id_rows : pool > 0 ? pool : num_seqs(); }
   int64_t grad_rows() const { return by_ids() ? id_rows : num_seqs(); }  // of dht, dh0
+  int64_t seq_len(int64_t n) const { return packed ? lengths[size_t(n)] : T; }
+  bool table() const { return table_cols > 0; }
+  bool serving() const { return !accepted.empty() || !parents.empty() || table(); }
+  // Prefix caching: the boundaries inside sequence n's chunk, the chunk's tokens
+  // before boundary k, and the row its snapshot goes to (-1: none).
+  int64_t snapshots(int64_t n) const;
+  int64_t snapshot_tokens(int64_t n, int64_t k) const;
+  int64_t snapshot_row(int64_t n, int64_t k) const;
   int64_t h0_row(int64_t n) const;  // -1: none (also a false flag or the pad index)
   int64_t ht_row(int64_t n) const;  // -1: not written
   bool by_ids() const { return !seq_idx.empty(); }
@@ -186,7 +205,9 @@ class Prepared {
   Tensor *x_ = nullptr, *w_ = nullptr, *b_ = nullptr, *res_ = nullptr, *cu_ = nullptr,
          *h0_ = nullptr, *h0i_ = nullptr, *hti_ = nullptr, *y_ = nullptr, *ht_ = nullptr,
          *dy_ = nullptr, *dht_ = nullptr, *dx_ = nullptr, *dw_ = nullptr, *db_ = nullptr,
-         *dh0_ = nullptr, *h0b_ = nullptr, *h0f_ = nullptr, *ring_ = nullptr, *sid_ = nullptr;
+         *dh0_ = nullptr, *h0b_ = nullptr, *h0f_ = nullptr, *ring_ = nullptr, *acc_ = nullptr,
+         *par_ = nullptr, *tbl_ = nullptr, *iblk_ = nullptr, *fblk_ = nullptr, *first_ = nullptr,
+         *comp_ = nullptr, *sid_ = nullptr;
   sc_conv_args fa_{}, ba_{};
   Buffer fws_, bws_;
   void* stream_ = nullptr;
@@ -198,7 +219,8 @@ class Prepared {
   void sync() const;
 };
 
-// One checked run: prepare, poison, forward and/or backward, fetch.
+// One checked run: prepare, poison, forward and/or backward, fetch (forward
+// only for a serving case: its arguments are forward-only).
 Outputs run(const Case& c, const Inputs& in, sc_backend backend, int pass = kBoth);
 
 // ||out - ref|| / ||ref|| over the elements both hold (NaN in the same place in

@@ -306,7 +306,7 @@ void Prepared::add_inputs(const Inputs* in) {
   if (c.h0) {
     h0_ = add(state_tensor(c, "initial_state", c.in_place, rows, c.state_transposed));
     fill(h0_, in ? &in->h0 : nullptr, c.in_place, &pattern_seed);
-    if (c.pool > 0) {
+    if (c.pool > 0 && !c.table()) {
       h0i_ = add(index_tensor(c, "initial_state_indices", N));
       fill_index(h0i_, c.h0_index);
     }
@@ -330,6 +330,30 @@ void Prepared::add_inputs(const Inputs* in) {
     ring_ = add(index_tensor(c, "ring_offsets", N));
     fill_index(ring_, c.ring);
   }
+  if (!c.accepted.empty()) {
+    acc_ = add(index_tensor(c, "num_accepted", N));
+    fill_index(acc_, c.accepted);
+  }
+  if (!c.parents.empty()) {
+    const int64_t M = c.parent_cols;
+    par_ = add(make_tensor("parent_tokens", c.index_dtype, false, {N, M}, {M, 1}, 0, N * M, 2));
+    fill_index(par_, c.parents);
+  }
+  if (c.table()) {
+    const int64_t M = c.table_cols;
+    tbl_ = add(make_tensor("block_table", c.index_dtype, false, {N, M}, {M, 1}, 0, N * M, 2));
+    fill_index(tbl_, c.block_table);
+    iblk_ = add(index_tensor(c, "initial_block", N));
+    fill_index(iblk_, c.initial_block);
+    fblk_ = add(index_tensor(c, "final_block", N));
+    fill_index(fblk_, c.final_block);
+    if (c.block_size > 0) {
+      first_ = add(index_tensor(c, "first_block", N));
+      fill_index(first_, c.first_block);
+      comp_ = add(index_tensor(c, "computed_tokens", N));
+      fill_index(comp_, c.computed);
+    }
+  }
   if (c.dy) {
     dy_ = add(act_tensor(c, "dy", false, c.dy_broadcast));
     std::vector<double> dy;  // a broadcast dy ([D] values) expanded to its logical shape
@@ -351,7 +375,7 @@ void Prepared::add_outputs() {
   if (c.ht) {
     ht_ = c.in_place && h0_ ? h0_ : add(state_tensor(c, "final_state", true, c.state_rows(),
                                                      c.state_transposed));
-    if (c.pool > 0) {
+    if (c.pool > 0 && !c.table()) {
       hti_ = add(index_tensor(c, "final_state_indices", N));
       fill_index(hti_, c.ht_index);
     }
@@ -385,6 +409,14 @@ void Prepared::build_args() {
     a->exec.tile_d = c_.tile_d;
   }
   set(fa_.ring_offsets, ring_);
+  set(fa_.num_accepted, acc_);  // (forward only)
+  set(fa_.parent_tokens, par_);
+  set(fa_.block_table, tbl_);
+  set(fa_.initial_block, iblk_);
+  set(fa_.final_block, fblk_);
+  set(fa_.first_block, first_);
+  set(fa_.computed_tokens, comp_);
+  fa_.block_size = c_.table() ? c_.block_size : 0;
   if (h0_) set(ba_.ring_offsets, ring_);  // the backward reads no final state
   set(fa_.residual, res_);
   set(fa_.initial_state, h0_);
@@ -458,18 +490,18 @@ sc_status Prepared::backward(std::string* err) {
 Outputs Prepared::fetch(int pass) const {
   sync();
   Outputs o;
-  // Decodes t; `written(row)` says whether logical row i0 must be written.
-  auto decode = [&](const Tensor* t, std::vector<double>& out, auto written_row) {
+  // Decodes t; `written(i)` says whether logical element i must be written.
+  auto decode = [&](const Tensor* t, std::vector<double>& out, auto written) {
     const std::vector<unsigned char> img = t->buf.download();
     const std::vector<unsigned char> before =
         t->initial.empty() ? t->poison_image() : t->initial;
     std::vector<char> mine(size_t(t->alloc), 0);
-    const int64_t n = t->numel(), per_row = t->shape[1] * t->shape[2];
+    const int64_t n = t->numel();
     out.assign(size_t(n), std::nan(""));
     const int es = dtype_size(t->dtype);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t off = t->offset(i);
-      if (!written_row(i / per_row)) continue;
+      if (!written(i)) continue;
       mine[size_t(off)] = 1;
       if (t->initial.empty() && is_poison(img.data(), t->dtype, off)) {
         ++o.unwritten;
@@ -481,17 +513,34 @@ Outputs Prepared::fetch(int pass) const {
       if (mine[size_t(e)]) continue;
       if (std::memcmp(img.data() + e * es, before.data() + e * es, size_t(es)) != 0) ++o.stray;
     }
-    if (!t->initial.empty()) {  // unwritten rows of an in-place pool hold the initial state
+    if (!t->initial.empty()) {  // unwritten elements of an in-place pool hold the initial state
       for (int64_t i = 0; i < n; ++i)
-        if (!written_row(i / per_row)) out[size_t(i)] = load_f64(img.data(), t->dtype, t->offset(i));
+        if (!written(i)) out[size_t(i)] = load_f64(img.data(), t->dtype, t->offset(i));
     }
   };
   auto all = [](int64_t) { return true; };
   if (pass & kForward) {
     decode(y_, o.y, all);
     if (ht_) {
-      const std::vector<char> rows = c_.ht_rows_written();
-      decode(ht_, o.ht, [&](int64_t r) { return rows[size_t(r)] != 0; });
+      // entries written per row: S, or (W-2) + L_n of a speculative row (0 without tokens)
+      const int64_t S = c_.state_len(), per_row = c_.D * S;
+      std::vector<int64_t> entries(size_t(c_.state_rows()), 0);
+      if (c_.by_ids()) {  // rows named by a sequence id: whole rows
+        const std::vector<char> rows = c_.ht_rows_written();
+        for (size_t r = 0; r < rows.size(); ++r) entries[r] = rows[r] ? S : 0;
+      } else {
+        for (int64_t n = 0; n < c_.num_seqs(); ++n) {
+          const int64_t r = c_.ht_row(n), L = c_.seq_len(n);
+          const int64_t E = c_.accepted.empty() ? S : L > 0 ? c_.W - 2 + L : 0;
+          if (r >= 0 && r < c_.state_rows()) entries[size_t(r)] = E;
+          for (int64_t k = 0; k < c_.snapshots(n); ++k)  // prefix-caching snapshots: whole rows
+            if (const int64_t sr = c_.snapshot_row(n, k); sr >= 0 && sr < c_.state_rows())
+              entries[size_t(sr)] = S;
+        }
+      }
+      decode(ht_, o.ht, [&](int64_t i) {
+        return S > 0 && i % S < entries[size_t(i / per_row)];
+      });
     }
   }
   if (pass & kBackward) {

@@ -36,7 +36,7 @@ void draw_states(Draw& r, Case& c) {
   c.state_transposed = r.coin(0.2);
   if ((c.h0 || c.ht) && r.coin(0.4)) {  // a pool addressed by indices, with -1 entries
     c.pool = N + r.pick(0, 3);
-    std::vector<int64_t> rows(size_t(c.pool));
+    std::vector<int64_t> rows(static_cast<size_t>(c.pool));
     std::iota(rows.begin(), rows.end(), 0);
     std::shuffle(rows.begin(), rows.end(), r.rng);
     c.in_place = c.h0 && c.ht && r.coin(0.5);
@@ -66,6 +66,87 @@ void draw_states(Draw& r, Case& c) {
       if (r.coin(0.3)) c.h0_index[size_t(n)] = c.pad_index;
       if (r.coin(0.3)) c.ht_index[size_t(n)] = c.pad_index;
     }
+  }
+}
+
+// Parents of an L-token step as tree drafts: a chain (t-1, the linear
+// draft), a star (every draft a child of token 0) or a random tree.
+void draw_tree(Draw& r, int64_t L, int64_t M, int shape, std::vector<int64_t>* out) {
+  for (int64_t t = 0; t < M; ++t) {
+    int64_t p = t == 0 ? -1 : shape == 0 ? t - 1 : shape == 1 ? 0 : r.pick(0, t - 1);
+    if (t >= L) p = r.pick(-2, 2 * M);  // past the sequence: never read
+    out->push_back(p);
+  }
+}
+
+// Block tables (rows per sequence's blocks, vLLM's block indices from the
+// computed tokens) and, with `snapshots`, prefix caching: a block size, the
+// chunk's absolute start, snapshot rows.  Every row written is distinct; some
+// table entries are -1 or the pad index; in place the row a chunk starts from
+// is often the one its first snapshot rewrites.
+void draw_block_table(Draw& r, Case& c, bool snapshots) {
+  const int64_t N = c.num_seqs();
+  const int64_t B = r.pick(1, 6);
+  std::vector<int64_t> cn(static_cast<size_t>(N));
+  int64_t M = 1;
+  for (int64_t n = 0; n < N; ++n) {
+    cn[size_t(n)] = r.pick(0, 3 * B);
+    M = std::max(M, (cn[size_t(n)] + c.seq_len(n) + B - 1) / B + 1);
+  }
+  M += r.pick(0, 2);
+  c.table_cols = M;
+  c.pool = N * M + r.pick(0, 3);
+  std::vector<int64_t> rows(static_cast<size_t>(c.pool));
+  std::iota(rows.begin(), rows.end(), 0);
+  std::shuffle(rows.begin(), rows.end(), r.rng);
+  if (c.pad_index == -1 && r.coin(0.3)) c.pad_index = c.pool + r.pick(0, 2);
+  c.block_table.clear();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < M; ++j) {
+      const int64_t v = rows[size_t(n * M + j)];
+      c.block_table.push_back(r.coin(0.1) ? (r.coin(0.5) ? -1 : c.pad_index) : v);
+    }
+  for (int64_t n = 0; n < N; ++n) {  // vLLM's: the blocks of the last computed, first and last tokens
+    const int64_t cc = cn[size_t(n)], L = c.seq_len(n);
+    c.initial_block.push_back(r.coin(0.8) ? std::max<int64_t>((cc + B - 1) / B - 1, 0) : r.pick(0, M - 1));
+    c.first_block.push_back(cc / B);
+    c.final_block.push_back(L > 0 ? (cc + L - 1) / B : cc / B);
+  }
+  if (snapshots) {
+    c.block_size = B;
+    c.computed = cn;
+  }
+  if (c.h0 && c.ht) c.in_place = r.coin(0.7);
+}
+
+// Speculative decoding (rows long enough for the longest sequence, counts
+// 1 .. S-(W-1)+1 and garbage where no row is read) and tree drafts.  Both are
+// forward-only: the case requests no backward output.
+void draw_serving(Draw& r, Case& c) {
+  const int64_t N = c.num_seqs();
+  int64_t longest = 0;
+  for (int64_t n = 0; n < N; ++n) longest = std::max(longest, c.seq_len(n));
+  bool any = false, snapshots = false;
+  if ((c.h0 || c.ht) && c.ring.empty() && r.coin(0.3)) {
+    snapshots = c.ht && r.coin(0.6);
+    draw_block_table(r, c, snapshots);
+    any = true;
+  }
+  if (!snapshots && (c.h0 || c.ht) && c.ring.empty() && longest <= 8 && r.coin(0.35)) {
+    c.S = int(std::max<int64_t>(c.W - 2 + std::max<int64_t>(longest, 1), c.W - 1) + r.pick(0, 2));
+    const int64_t hi = c.state_len() - (c.W - 1) + 1;
+    for (int64_t n = 0; n < N; ++n)
+      c.accepted.push_back(c.h0_row(n) >= 0 ? r.pick(1, hi) : r.pick(-3, hi + 3));
+    any = true;
+  }
+  if (!snapshots && longest <= 12 && r.coin(0.3)) {
+    c.parent_cols = longest + r.pick(0, 2);
+    const int shape = int(r.pick(0, 2));
+    for (int64_t n = 0; n < N; ++n) draw_tree(r, c.seq_len(n), c.parent_cols, shape, &c.parents);
+    any = true;
+  }
+  if (any) {
+    c.want_dx = c.want_dweight = c.want_dbias = c.want_dh0 = c.dht = false;
   }
 }
 
@@ -158,6 +239,7 @@ Case random_case(std::mt19937_64& rng, const Space& sp) {
   c.want_dx = r.coin(0.9);
   c.want_dweight = r.coin(0.8);
   c.want_dbias = r.coin(0.7);
+  if (sp.serving && !ids) draw_serving(r, c);  // serving steps take no seq_idx
   return c;
 }
 

@@ -22,6 +22,7 @@ struct Space {
   bool states = true;            // h0 / ht / dht / pools with -1 indices / in-place
   bool tiles = true;             // forced tile_t (1 .. W+3) and tile_d, thread counts
   bool optionals = true;         // bias, residual, absent dy
+  bool serving = true;           // forward-only serving steps: accepted counts, tree drafts
   bool seq_ids = true;           // dense batches described by seq_idx (runs, padding, id rows)
   std::vector<sc_dtype> act_dtypes = {SC_F32, SC_F16, SC_BF16, SC_F64};
 };

@@ -72,24 +72,42 @@ void for_each_sequence(const Problem& p, F&& f) {
   }
 }
 
-// u_n = h0_n ++ x_n for channel d (length S + L).
-std::vector<double> extended(const Problem& p, const Seq& q, int64_t d) {
-  std::vector<double> u(size_t(p.S + q.L), 0.0);
-  for (int64_t j = 0; j < p.S; ++j)
-    u[size_t(j)] = q.h0_row >= 0 ? get(p.h0, q.h0_row, d, p.state_slot(q.n, j)) : 0.0;
-  for (int64_t t = 0; t < q.L; ++t) u[size_t(p.S + t)] = get(p.x, q.b, q.t0 + t, d);
+// The extended sequence of sequence q for channel d and the number s of its
+// entries before x_n: u_n = h0_n ++ x_n (s = S), or with num_accepted the
+// window from accepted - 1: v_n = w_n ++ x_n (s = W-1; semantics section 5).
+std::vector<double> extended(const Problem& p, const Seq& q, int64_t d, int64_t* s_out) {
+  const int64_t s = p.accepted ? p.W - 1 : p.S;
+  const int64_t first = p.accepted && q.h0_row >= 0 ? p.window_start(q.n) : 0;  // (a_n read only then)
+  std::vector<double> u(size_t(s + q.L), 0.0);
+  for (int64_t j = 0; j < s; ++j)
+    u[size_t(j)] = q.h0_row >= 0 ? get(p.h0, q.h0_row, d, p.state_slot(q.n, first + j)) : 0.0;
+  for (int64_t t = 0; t < q.L; ++t) u[size_t(s + t)] = get(p.x, q.b, q.t0 + t, d);
+  *s_out = s;
   return u;
 }
 
-// pre_n[t] = bias + sum_k weight[k] * u[S-(W-1)+t+k]
-std::vector<double> preactivation(const Problem& p, const std::vector<double>& u, int64_t L,
-                                  int64_t d) {
+// The u positions token t reads, q[k] for tap k (oldest first): the W-1
+// entries before it, or with parent_tokens its chain of parents, then the
+// state from its newest entry backwards.
+std::vector<int64_t> taps(const Problem& p, int64_t n, int64_t s, int64_t t) {
+  std::vector<int64_t> q(size_t(p.W));
+  int64_t pos = s + t;
+  for (int k = p.W - 1; k >= 0; --k) {
+    q[size_t(k)] = pos;
+    pos = pos - s >= 1 ? s + p.parent(n, pos - s) : pos - 1;
+  }
+  return q;
+}
+
+// pre_n[t] = bias + sum_k weight[k] * u[q_t[k]]
+std::vector<double> preactivation(const Problem& p, int64_t n, const std::vector<double>& u,
+                                  int64_t s, int64_t L, int64_t d) {
   std::vector<double> pre(size_t(L), 0.0);
-  const int64_t off = p.S - (p.W - 1);
   for (int64_t t = 0; t < L; ++t) {
-    double s = p.bias ? get(p.bias, d) : 0.0;
-    for (int k = 0; k < p.W; ++k) s += get(p.weight, d, k) * u[size_t(off + t + k)];
-    pre[size_t(t)] = s;
+    const std::vector<int64_t> q = taps(p, n, s, t);
+    double v = p.bias ? get(p.bias, d) : 0.0;
+    for (int k = 0; k < p.W; ++k) v += get(p.weight, d, k) * u[size_t(q[size_t(k)])];
+    pre[size_t(t)] = v;
   }
   return pre;
 }
@@ -106,8 +124,9 @@ void forward(const Problem& p) {
       }
       // Every read of h0 (into u) happens before the write of ht below, so an
       // aliased in-place state update is correct.
-      const std::vector<double> u = extended(p, q, d);
-      const std::vector<double> pre = preactivation(p, u, q.L, d);
+      int64_t s = 0;
+      const std::vector<double> u = extended(p, q, d, &s);
+      const std::vector<double> pre = preactivation(p, q.n, u, s, q.L, d);
       if (p.y) {
         for (int64_t t = 0; t < q.L; ++t) {
           double v = act(p.act, pre[size_t(t)]);
@@ -115,9 +134,19 @@ void forward(const Problem& p) {
           put(p.y, v, q.b, q.t0 + t, d);
         }
       }
+      // The final state is the last E entries of u: E = S (entry j at its
+      // slot), or (W-2) + L_n entries from the row's start (speculative).
+      // (Serving arguments never come with seq_idx: q.n is the sequence.)
+      const int64_t E = p.final_entries(q.n), from = s + q.L - E;
       if (q.ht_row >= 0)
-        for (int64_t j = 0; j < p.S; ++j)
-          put(p.ht, u[size_t(q.L + j)], q.ht_row, d, p.final_slot(q.n, j));
+        for (int64_t j = 0; j < E; ++j)
+          put(p.ht, u[size_t(from + j)], q.ht_row, d, p.accepted ? j : p.final_slot(q.n, j));
+      // Prefix caching: at block boundary k, after r tokens, the last S entries of u so far.
+      for (int64_t k = 0; k < p.snapshots(q.n); ++k) {
+        const int64_t r = p.snapshot_row(q.n, k), at = p.snapshot_tokens(q.n, k);
+        if (r >= 0)
+          for (int64_t j = 0; j < p.S; ++j) put(p.ht, u[size_t(at + j)], r, d, j);
+      }
     });
   }
 }
@@ -138,8 +167,9 @@ void backward(const Problem& p) {
       }
       std::vector<double> du(size_t(p.S + L), 0.0);
       if (p.dy) {  // an absent dy contributes no term at all (semantics §2)
-        const std::vector<double> u = extended(p, q, d);
-        const std::vector<double> pre = preactivation(p, u, L, d);
+        int64_t s = 0;  // = S: the backward takes no serving arguments
+        const std::vector<double> u = extended(p, q, d, &s);
+        const std::vector<double> pre = preactivation(p, q.n, u, s, L, d);
         std::vector<double> dpre(size_t(L), 0.0);
         for (int64_t t = 0; t < L; ++t)
           dpre[size_t(t)] = get(p.dy, q.b, q.t0 + t, d) * act_grad(p.act, pre[size_t(t)]);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/problem.hpp"
+#include "core/dtype.hpp"
 #include "cuda/plan.hpp"
 
 namespace {
@@ -93,7 +94,7 @@ TEST(CudaPlan, WorkspaceCoversEveryDevice) {
     const Problem p = problem(rng);
     const Count ws = workspace_bytes(p);  // what the C ABI's query answers
     ASSERT_FALSE(ws.overflow());
-    Path cand[4];
+    Path cand[kMaxPaths];
     const int n = candidate_paths(p, cand);
     for (int c = 0; c < n; ++c)
       for (int sms : sm_counts) {
@@ -110,7 +111,7 @@ TEST(CudaPlan, PlansNameInstantiatedKernelsAndCoverTheWork) {
   std::mt19937_64 rng(32);
   for (int i = 0; i < 3000; ++i) {
     const Problem p = problem(rng);
-    Path cand[4];
+    Path cand[kMaxPaths];
     const int n = candidate_paths(p, cand);
     ASSERT_GE(n, 1);
     EXPECT_EQ(cand[n - 1] == Path::general, p.W > kMaxFastW);
@@ -120,6 +121,13 @@ TEST(CudaPlan, PlansNameInstantiatedKernelsAndCoverTheWork) {
     for (int c = 0; c < n; ++c) {
       const Plan pl = plan_for(p, cand[c], 132);
       switch (pl.path) {
+        case Path::decode:
+          EXPECT_TRUE((pl.ch == 1 && pl.wmax == DecodeTraits::kScalarWmax) ||
+                      (pl.ch == 16 / shortconv::dtype_size(p.act_dtype) &&
+                       pl.wmax == DecodeTraits::kVecWmax && p.act_dtype != SC_F64 &&
+                       p.W <= DecodeTraits::kVecWmax));
+          EXPECT_LE(p.W, kMaxFastW);
+          break;
         case Path::token_major_vec:
           EXPECT_EQ(pl.wmax, kTmVecWmax.for_width(p.W));
           EXPECT_NE(pl.wmax, 0);
@@ -134,6 +142,13 @@ TEST(CudaPlan, PlansNameInstantiatedKernelsAndCoverTheWork) {
         case Path::general:
           EXPECT_GT(p.W, kMaxFastW);
           break;
+      }
+      if (pl.path == Path::decode) {  // a block per (sequence, kThreads*CH channels)
+        EXPECT_EQ(pl.block_x * pl.block_y, DecodeTraits::kThreads);
+        EXPECT_EQ(pl.grid_x, p.N);
+        EXPECT_GE(pl.grid_y * pl.block_x * pl.ch, p.D);
+        EXPECT_EQ(pl.ntiles, p.N);
+        continue;
       }
       if (pl.path == Path::channel_major) {
         EXPECT_EQ(pl.block_x * pl.block_y, CmTraits::kThreads);
@@ -157,7 +172,7 @@ TEST(CudaPlan, ForcedTilesBeyondTheAxisAreTheWholeAxis) {
     Problem p = problem(rng);
     p.exec.tile_t = INT64_MAX;
     p.exec.tile_d = INT64_MAX;
-    Path cand[4];
+    Path cand[kMaxPaths];
     const int n = candidate_paths(p, cand);
     for (int c = 0; c < n; ++c) {
       const Plan pl = plan_for(p, cand[c], 132);
@@ -179,7 +194,7 @@ TEST(CudaPlan, SeqIdxPlansAreThoseOfTheEquivalentPackedBatch) {
   for (int i = 0; i < 2000; ++i) {
     Problem p = problem(rng);
     if (p.packed) continue;
-    Path before[4];
+    Path before[kMaxPaths];
     const int nb = candidate_paths(p, before);
     restricted += std::count(before, before + nb, Path::channel_major) > 0;
     p.seq_idx.present = true;
@@ -195,11 +210,17 @@ TEST(CudaPlan, SeqIdxPlansAreThoseOfTheEquivalentPackedBatch) {
       v->shape[0] = 1;
       v->shape[1] = q.T;
     }
-    Path cand[4], qcand[4];
+    Path cand[kMaxPaths], qcand[kMaxPaths];
     const int n = candidate_paths(p, cand);
-    ASSERT_EQ(n, candidate_paths(q, qcand));
+    // The packed batch may also take the decode kernel, which finds its sequences by
+    // offsets only (never a seq_idx call's); the other candidates are the same.
+    const int qn = candidate_paths(q, qcand);
+    const bool q_decode = qn > 0 && qcand[0] == Path::decode;
+    ASSERT_EQ(n, qn - q_decode);
+    if (q_decode) std::copy(qcand + 1, qcand + qn, qcand);
     EXPECT_EQ(std::count(cand, cand + n, Path::channel_major), 0);
-    EXPECT_EQ(choose_path(p), choose_path(q));
+    EXPECT_EQ(std::count(cand, cand + n, Path::decode), 0);
+    if (!q_decode) EXPECT_EQ(choose_path(p), choose_path(q));
     EXPECT_EQ(workspace_bytes(p).value(), workspace_bytes(q).value());
     for (int c = 0; c < n; ++c)
       for (int sms : {1, 66, 132, 256}) {
@@ -218,6 +239,160 @@ TEST(CudaPlan, SeqIdxPlansAreThoseOfTheEquivalentPackedBatch) {
       }
   }
   EXPECT_GT(restricted, 100) << "too few problems that the channel-major path would take";
+}
+
+}  // namespace
+
+namespace {
+
+// A decode step: x [B, T, D] token-major (or channel-major), a pool [P, D, S]
+// of rows contiguous per channel ([P, D, S] strides) or vLLM's channel-
+// contiguous rows ([P, S, D] storage), updated in place.
+Problem decode_step(int64_t B, int64_t T, int64_t D, int64_t P, int W, int S, sc_dtype dt,
+                    bool vllm_pool, bool channel_major_x = false) {
+  alignas(64) static char buffer[256];
+  Problem p;
+  p.dir = Dir::fwd;
+  p.W = W;
+  p.S = S;
+  p.act_dtype = p.param_dtype = p.state_dtype = dt;
+  p.B = B;
+  p.T = T;
+  p.D = D;
+  p.N = B;
+  auto act = [&] {
+    View v;
+    v.present = true;
+    v.data = buffer;
+    v.dtype = dt;
+    v.shape[0] = B;
+    v.shape[1] = T;
+    v.shape[2] = D;
+    v.stride[0] = T * D;
+    v.stride[1] = channel_major_x ? 1 : D;
+    v.stride[2] = channel_major_x ? T : 1;
+    return v;
+  };
+  p.x = act();
+  p.y = act();
+  View pool;
+  pool.present = true;
+  pool.data = buffer;
+  pool.dtype = dt;
+  pool.shape[0] = P;
+  pool.shape[1] = D;
+  pool.shape[2] = S;
+  pool.stride[0] = D * S;
+  pool.stride[1] = vllm_pool ? 1 : S;
+  pool.stride[2] = vllm_pool ? D : 1;
+  p.h0 = p.ht = pool;
+  p.h0_idx.present = p.ht_idx.present = true;
+  p.state_in_place = true;
+  return p;
+}
+
+TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
+  // bf16, W = 4, one token per sequence: the vector instance, 8 channels per thread
+  Problem p = decode_step(64, 1, 8192, 1024, 4, 3, SC_BF16, false);
+  Path cand[kMaxPaths];
+  ASSERT_GE(candidate_paths(p, cand), 1);
+  EXPECT_EQ(cand[0], Path::decode);
+  ASSERT_EQ(choose_path(p), Path::decode);
+  Plan pl = plan_for(p, Path::decode, 132);
+  EXPECT_EQ(pl.ch, 8);
+  EXPECT_EQ(pl.wmax, DecodeTraits::kVecWmax);
+  EXPECT_EQ(pl.state_io, StateIo::row_vec);  // [P, D, S] rows: 3 16-byte vectors per thread
+  EXPECT_EQ(pl.smem, DecodeTraits::rowvec_smem(3));
+  EXPECT_EQ(pl.grid_x, 64);
+  EXPECT_EQ(pl.grid_y, 8192 / (DecodeTraits::kThreads * 8));
+  EXPECT_EQ(workspace_bytes(p).value(), 0);
+
+  // vLLM's pools (stride(D) = 1): one vector per entry, no shared memory
+  pl = plan_for(decode_step(8, 4, 4096, 1024, 4, 6, SC_BF16, true), Path::decode, 132);
+  EXPECT_EQ(pl.state_io, StateIo::channel_vec);
+  EXPECT_EQ(pl.smem, 0u);
+
+  // fp32: 4 channels per thread; rows longer than kRowVecMaxS, other state dtypes and
+  // ring rows: element by element
+  pl = plan_for(decode_step(8, 1, 4096, 64, 4, 3, SC_F32, false), Path::decode, 132);
+  EXPECT_EQ(pl.ch, 4);
+  EXPECT_EQ(pl.state_io, StateIo::row_vec);
+  p = decode_step(8, 1, 4096, 64, 4, DecodeTraits::kRowVecMaxS + 1, SC_BF16, false);
+  EXPECT_EQ(plan_for(p, Path::decode, 132).state_io, StateIo::scalar);
+  p = decode_step(8, 1, 4096, 64, 4, 3, SC_BF16, true);
+  p.state_dtype = p.h0.dtype = p.ht.dtype = SC_F32;
+  EXPECT_EQ(plan_for(p, Path::decode, 132).state_io, StateIo::scalar);
+  p = decode_step(8, 1, 4096, 64, 4, 3, SC_BF16, true);
+  p.ring.present = true;
+  EXPECT_EQ(plan_for(p, Path::decode, 132).state_io, StateIo::scalar);
+
+  // the scalar instance: channel-major x, fp64, W 5..16
+  for (const Problem& q : {decode_step(8, 2, 4096, 64, 4, 3, SC_BF16, false, true),
+                           decode_step(8, 1, 4096, 64, 4, 3, SC_F64, false),
+                           decode_step(8, 1, 4096, 64, 9, 8, SC_BF16, false)}) {
+    ASSERT_EQ(choose_path(q), Path::decode);
+    pl = plan_for(q, Path::decode, 132);
+    EXPECT_EQ(pl.ch, 1);
+    EXPECT_EQ(pl.wmax, DecodeTraits::kScalarWmax);
+    EXPECT_EQ(pl.state_io, StateIo::scalar);
+  }
+}
+
+TEST(CudaPlan, DecodeEligibility) {
+  const int64_t most = DecodeTraits::kMaxTokens;
+  Problem p = decode_step(8, most, 1024, 64, 4, 3, SC_BF16, false);
+  EXPECT_EQ(choose_path(p), Path::decode);
+  p = decode_step(8, most + 1, 1024, 64, 4, 3, SC_BF16, false);  // a prefill: the tiled paths
+  EXPECT_NE(choose_path(p), Path::decode);
+  p.packed = true;  // packed: at most kMaxTokens per sequence on average
+  p.B = 1;
+  p.N = 4;
+  p.T = 4 * most;
+  EXPECT_EQ(choose_path(p), Path::decode);
+  p.T = 4 * most + 1;
+  EXPECT_NE(choose_path(p), Path::decode);
+  p = decode_step(8, 1, 1024, 64, kMaxFastW + 1, kMaxFastW, SC_BF16, false);
+  EXPECT_EQ(choose_path(p), Path::general);
+  p = decode_step(8, 1, 1024, 64, 4, 3, SC_BF16, false);
+  p.exec.tile_t = 1;  // forced time tiles: the tiled paths (the sweeps force them)
+  EXPECT_NE(choose_path(p), Path::decode);
+  p.dir = Dir::bwd;
+  EXPECT_NE(choose_path(p), Path::decode);
+  // block tables: still a decode step; prefix-caching snapshots: state_fwd's (tiled paths)
+  p = decode_step(8, 1, 1024, 64, 4, 3, SC_BF16, false);
+  p.table.present = p.init_blk.present = p.final_blk.present = true;
+  EXPECT_EQ(choose_path(p), Path::decode);
+  p.block_size = 16;
+  p.first_blk.present = p.computed.present = true;
+  EXPECT_NE(choose_path(p), Path::decode);
+
+  // serving steps take the decode kernel and nothing else, forced tiles or not,
+  // any length; none at all beyond kMaxFastW (the backend refuses them)
+  for (int which = 0; which < 2; ++which) {
+    p = decode_step(8, 3 * most, 1024, 64, 4, 3 * most + 2, SC_BF16, true);
+    p.exec.tile_t = 2;
+    (which ? p.parents : p.accepted).present = true;
+    EXPECT_TRUE(serving_step(p));
+    Path cand[kMaxPaths];
+    ASSERT_EQ(candidate_paths(p, cand), 1);
+    EXPECT_EQ(cand[0], Path::decode);
+    p.W = kMaxFastW + 1;
+    EXPECT_EQ(candidate_paths(p, cand), 0);
+  }
+}
+
+TEST(CudaPlan, DecodePlansDoNotDependOnThePoolSize) {
+  for (bool vllm_pool : {false, true})
+    for (sc_dtype dt : {SC_BF16, SC_F32, SC_F16}) {
+      const Plan a = plan_for(decode_step(256, 4, 8192, 256, 4, 6, dt, vllm_pool), Path::decode, 132);
+      const Plan b = plan_for(decode_step(256, 4, 8192, int64_t(1) << 24, 4, 6, dt, vllm_pool),
+                              Path::decode, 132);
+      EXPECT_EQ(a.grid_x, b.grid_x);
+      EXPECT_EQ(a.grid_y, b.grid_y);
+      EXPECT_EQ(a.smem, b.smem);
+      EXPECT_EQ(a.state_io, b.state_io);
+      EXPECT_EQ(a.ch, b.ch);
+    }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 // (sweep_test.cpp) covers the rest of the contract on small shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -270,6 +271,88 @@ TEST(Cuda, GraphCapture) {
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
   cudaStreamDestroy(s);
+}
+
+// Writes v into the device index tensor t (int32, contiguous, as the harness lays it out).
+void upload_index(const sc_tensor& t, const std::vector<int64_t>& v) {
+  ASSERT_EQ(t.dtype, SC_I32);
+  std::vector<int32_t> w(v.begin(), v.end());
+  CU(cudaMemcpy(t.data, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+}
+
+// A speculative decode step (one launch, Path::decode) captured once into a CUDA
+// graph on a caller's stream and replayed with other pool rows, pad slots,
+// accepted counts and tree parents written into the same device tensors between
+// replays, as an engine replays its graph: every replay equals the oracle on
+// the values it found.  Both pool layouts: [P, D, S] rows and vLLM's
+// channel-contiguous rows ([P, S, D] storage).
+TEST(Cuda, DecodeGraphReplaysWithNewRowsAndCounts) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(77);
+  for (bool vllm_rows : {false, true}) {
+    const int W = 4;
+    const int64_t B = 16, T = 4, D = 512, P = 64;
+    Case c = base(SC_BF16, W, B, T, D);
+    c.S = W - 2 + int(T);
+    c.residual = c.dht = c.want_dh0 = false;
+    c.want_dx = c.want_dweight = c.want_dbias = false;
+    c.state_transposed = vllm_rows;
+    c.pool = P;
+    c.in_place = true;
+    c.pad_index = P + 5;
+    auto draw = [&](Case& k) {
+      std::vector<int64_t> rows(static_cast<size_t>(P));
+      for (int64_t r = 0; r < P; ++r) rows[size_t(r)] = r;
+      std::shuffle(rows.begin(), rows.end(), rng);
+      k.h0_index.assign(rows.begin(), rows.begin() + B);
+      for (int64_t n = 0; n < B; ++n)
+        if (rng() % 5 == 0) k.h0_index[size_t(n)] = rng() % 2 ? -1 : k.pad_index;
+      k.ht_index = k.h0_index;
+      k.accepted.clear();
+      for (int64_t n = 0; n < B; ++n) k.accepted.push_back(1 + int64_t(rng() % uint64_t(T)));
+      if (vllm_rows) {  // a tree in the second layout
+        k.parent_cols = T;
+        k.parents.clear();
+        for (int64_t n = 0; n < B; ++n)
+          for (int64_t t = 0; t < T; ++t) k.parents.push_back(t ? int64_t(rng() % uint64_t(t)) : -1);
+      }
+    };
+    draw(c);
+    const Inputs in = make_inputs(c);
+    cudaStream_t s;
+    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    Prepared p(c, &in, SC_BACKEND_CUDA);
+    p.set_stream(s);
+    p.poison_outputs();
+    CU(cudaDeviceSynchronize());
+    cudaGraph_t g;
+    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    std::string e;
+    const sc_status f = p.forward(&e);
+    CU(cudaStreamEndCapture(s, &g));
+    ASSERT_EQ(f, SC_OK) << e;
+    cudaGraphExec_t ge;
+    CU(cudaGraphInstantiate(&ge, g, 0));
+    for (int rep = 0; rep < 3; ++rep) {
+      Case cr = c;
+      if (rep > 0) draw(cr);
+      upload_index(p.fwd_args().initial_state_indices, cr.h0_index);
+      upload_index(p.fwd_args().final_state_indices, cr.ht_index);
+      upload_index(p.fwd_args().num_accepted, cr.accepted);
+      if (vllm_rows) upload_index(p.fwd_args().parent_tokens, cr.parents);
+      p.restore_state();  // every replay starts from the same pool
+      CU(cudaGraphLaunch(ge, s));
+      CU(cudaStreamSynchronize(s));
+      const Outputs got = p.fetch(kForward);  // (its row bookkeeping is the captured case's)
+      const Outputs ref = run(cr, in, SC_BACKEND_REF, kForward);
+      ASSERT_TRUE(ref.ok()) << ref.problems();
+      EXPECT_LE(rel_err(got.y, ref.y), tolerance(SC_BF16, SC_BF16)) << cr.describe();
+      EXPECT_TRUE(bit_equal(got.ht, ref.ht)) << cr.describe();  // copies: exact
+    }
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+  }
 }
 
 // 64-bit offsets: x of [1, 2^19 + 64, 4096] bf16 (> 2^31 elements), forward

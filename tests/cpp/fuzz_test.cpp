@@ -49,7 +49,7 @@ using shortconv::load_f64;
 using shortconv::store_f64;
 
 constexpr uint8_t kSentinel = 0x5A;  // output bytes before a call
-constexpr int kTensors = 17;         // sc_conv_args tensor fields, in header order
+constexpr int kTensors = 24;         // sc_conv_args tensor fields, in header order
 
 // The tensor fields of sc_conv_args in header order, with their roles.
 struct Field {
@@ -75,8 +75,20 @@ const Field kFields[kTensors] = {
     {"dbias", &sc_conv_args::dbias, false, true},
     {"dinitial_state", &sc_conv_args::dinitial_state, false, true},
     {"seq_idx", &sc_conv_args::seq_idx, false, false},
+    {"num_accepted", &sc_conv_args::num_accepted, false, false},
+    {"parent_tokens", &sc_conv_args::parent_tokens, false, false},
+    {"block_table", &sc_conv_args::block_table, false, false},
+    {"initial_block", &sc_conv_args::initial_block, false, false},
+    {"final_block", &sc_conv_args::final_block, false, false},
+    {"first_block", &sc_conv_args::first_block, false, false},
+    {"computed_tokens", &sc_conv_args::computed_tokens, false, false},
 };
-enum FieldId { X, WEIGHT, BIAS, RES, CU, H0, H0I, Y, HT, HTI, DY, DHT, DX, DW, DB, DH0, SID };
+enum FieldId { X, WEIGHT, BIAS, RES, CU, H0, H0I, Y, HT, HTI, DY, DHT, DX, DW, DB, DH0, SID, ACC,
+               PAR, TBL, IBLK, FBLK, FSTB, CMPT };
+// 1-D index tensors (contiguous or stride 2) and the 2-D ones (row-major, padded rows).
+bool index_1d(int f) { return f == CU || f == H0I || f == HTI || f == ACC || f == IBLK ||
+                              f == FBLK || f == FSTB || f == CMPT; }
+bool index_2d(int f) { return f == PAR || f == TBL; }
 
 // One iteration's memory: an arena per tensor (aliasing mutations may point a
 // tensor into another's arena), large enough for any tensor of the iteration.
@@ -199,8 +211,8 @@ void draw_valid(Rng& r, World& w) {
   sc_conv_args_init(&a);
   w.fwd = r.chance(0.5);
   const int W = r.chance(0.9) ? int(r.uni(1, 6)) : int(r.uni(7, 40));
-  const int S = r.chance(0.3) ? -1 : int(std::max<int64_t>(0, W - 1 + r.uni(0, 3)));
-  const int Sv = S < 0 ? W - 1 : S;
+  int S = r.chance(0.3) ? -1 : int(std::max<int64_t>(0, W - 1 + r.uni(0, 3)));
+  int Sv = S < 0 ? W - 1 : S;
   const sc_dtype all[4] = {SC_F32, SC_F16, SC_BF16, SC_F64};
   const sc_dtype A = all[r.uni(0, 3)], P = all[r.uni(0, 3)], Z = all[r.uni(0, 3)];
   const sc_dtype I = r.chance(0.5) ? SC_I32 : SC_I64;
@@ -217,6 +229,22 @@ void draw_valid(Rng& r, World& w) {
     B = r.chance(0.05) ? 0 : r.uni(1, 3);
     T = r.chance(0.05) ? 0 : r.uni(1, 12);
     N = B;
+  }
+  // Serving steps (forward and backward: the backward refuses them): rows long
+  // enough for the longest sequence mostly, counts and parents mostly valid.
+  int64_t longest = packed ? 0 : T;
+  for (size_t n = 1; n < cu.size(); ++n) longest = std::max(longest, cu[n] - cu[n - 1]);
+  const bool spec = r.chance(0.12), tree = r.chance(0.12);
+  if (spec && r.chance(0.8)) {
+    Sv = int(std::max<int64_t>(Sv, W - 2 + longest));
+    S = S < 0 && Sv == W - 1 ? -1 : Sv;
+  }
+  std::vector<int64_t> acc, par;
+  const int64_t M = longest + (r.chance(0.2) ? r.uni(-1, 2) : 0);
+  for (int64_t n = 0; n < N; ++n) {
+    acc.push_back(r.chance(0.9) ? r.uni(1, std::max<int64_t>(1, Sv - W + 2)) : r.uni(-1, Sv + 2));
+    for (int64_t t = 0; t < std::max<int64_t>(M, 0); ++t)
+      par.push_back(t == 0 ? -1 : r.chance(0.95) ? r.uni(0, t - 1) : r.uni(t, t + 2));
   }
   a.width = W;
   a.state_len = S;
@@ -268,16 +296,56 @@ void draw_valid(Rng& r, World& w) {
   const bool in_place = w.fwd && a.initial_state.ndim && a.final_state.ndim &&
                         (h0_pool == ht_pool) && r.chance(0.4);
   if (in_place) h0i = hti;
-  // Sequence ids for some dense batches: the states become pools by id.
+  // Block tables instead of the pool indices (forward, pools), sometimes with prefix
+  // caching: rows mostly distinct per (sequence, block), vLLM-like block indices.
+  const int64_t MB = r.uni(1, 4), BS = r.uni(1, 4);
+  std::vector<int64_t> tbl, iblk, fblk, fstb, cmpt;
+  const bool table = w.fwd && (h0_pool || ht_pool) && r.chance(0.15);
+  if (table) {
+    std::vector<int64_t> rows2(static_cast<size_t>(std::max<int64_t>(rows, 0)));
+    for (size_t i = 0; i < rows2.size(); ++i) rows2[i] = int64_t(i);
+    std::shuffle(rows2.begin(), rows2.end(), r.gen());
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t j = 0; j < MB; ++j) {
+        const size_t at = size_t(n * MB + j);
+        tbl.push_back(at < rows2.size() && r.chance(0.9) ? rows2[at] : -1);
+      }
+      const int64_t cn = r.uni(0, 2 * BS), L = packed ? cu[size_t(n + 1)] - cu[size_t(n)] : T;
+      iblk.push_back(r.uni(0, MB - 1));
+      fblk.push_back(r.chance(0.9) ? std::min<int64_t>(MB - 1, (cn + std::max<int64_t>(L, 1) - 1) / BS)
+                                   : r.uni(-1, MB));
+      fstb.push_back(cn / BS);
+      cmpt.push_back(r.chance(0.95) ? cn : -1);
+    }
+    a.initial_state_indices.ndim = a.final_state_indices.ndim = 0;
+    a.block_table = desc(I, {N, MB});
+    a.initial_block = desc(I, {N});
+    a.final_block = desc(I, {N});
+    if (r.chance(0.5)) {
+      a.first_block = desc(I, {N});
+      a.computed_tokens = desc(I, {N});
+      a.block_size = BS;
+    }
+  }
+  if (spec && (a.initial_state.ndim || a.final_state.ndim || r.chance(0.1)))
+    a.num_accepted = desc(I, {N});
+  if (tree && M >= 0) a.parent_tokens = desc(I, {N, M});
+  // Sequence ids for some dense batches: the states become pools by id (rarely
+  // with serving steps, which refuse them).
   std::vector<int64_t> sid;
-  if (!packed && r.chance(0.3)) draw_ids(r, w, B, T, D, Z, Sv, I, &sid);
+  if (!packed && r.chance(table || a.num_accepted.ndim || a.parent_tokens.ndim ? 0.03 : 0.3)) draw_ids(r, w, B, T, D, Z, Sv, I, &sid);
 
   // Layouts (inputs may broadcast), then arenas sized for any tensor.
   for (int f = 0; f < kTensors; ++f) {
     sc_tensor& t = w.t(f);
     if (!t.ndim) continue;
-    if (f == CU || f == H0I || f == HTI) {
+    if (index_1d(f)) {
       t.stride[0] = r.chance(0.2) ? 2 : 1;
+      continue;
+    }
+    if (index_2d(f)) {  // row-major, sometimes padded rows
+      t.stride[1] = 1;
+      t.stride[0] = std::max<int64_t>(t.shape[1], 1) + (r.chance(0.2) ? 1 : 0);
       continue;
     }
     if (f == SID) {  // row- or column-major, sometimes padded; contents below
@@ -303,7 +371,7 @@ void draw_valid(Rng& r, World& w) {
     w.home[f] = f;
     w.offset[f] = 0;
     t.data = base;
-    if (w.is_output(f) || f == CU || f == H0I || f == HTI || f == SID) continue;
+    if (w.is_output(f) || index_1d(f) || index_2d(f) || f == SID) continue;
     for (int64_t i = 0, n = extent_elems(t); i < n; ++i)
       store_f64(base, t.dtype, i,
                 draw_value(r, true, f != DY && f != DHT, sc_dtype(t.dtype)) *
@@ -325,6 +393,26 @@ void draw_valid(Rng& r, World& w) {
   if (a.cu_seqlens.ndim) fill_index(CU, cu);
   if (a.initial_state_indices.ndim) fill_index(H0I, h0i);
   if (a.final_state_indices.ndim) fill_index(HTI, hti);
+  if (a.num_accepted.ndim) fill_index(ACC, acc);
+  auto fill_2d = [&](int f, const std::vector<int64_t>& v, int64_t cols) {
+    const sc_tensor& t = w.t(f);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < cols; ++k) {
+        const int64_t off = n * t.stride[0] + k, x = v[size_t(n * cols + k)];
+        if (t.dtype == SC_I32) reinterpret_cast<int32_t*>(t.data)[off] = int32_t(x);
+        else reinterpret_cast<int64_t*>(t.data)[off] = x;
+      }
+  };
+  if (a.parent_tokens.ndim) fill_2d(PAR, par, M);
+  if (a.block_table.ndim) {
+    fill_2d(TBL, tbl, MB);
+    fill_index(IBLK, iblk);
+    fill_index(FBLK, fblk);
+  }
+  if (a.first_block.ndim) {
+    fill_index(FSTB, fstb);
+    fill_index(CMPT, cmpt);
+  }
   if (a.seq_idx.ndim) {
     const sc_tensor& t = w.t(SID);
     for (int64_t b = 0; b < B; ++b)
@@ -339,7 +427,9 @@ void draw_valid(Rng& r, World& w) {
      << (packed ? " packed N=" : " dense B=") << (packed ? N : B) << " T=" << T << " dtypes "
      << A << P << Z << " pool=" << pool << " in_place=" << in_place
      << " seq_idx=" << (a.seq_idx.ndim != 0) << " tiles "
-     << a.exec.tile_t << "x" << a.exec.tile_d << " threads " << a.exec.num_threads;
+     << a.exec.tile_t << "x" << a.exec.tile_d << " threads " << a.exec.num_threads
+     << (a.num_accepted.ndim ? " num_accepted" : "") << (a.parent_tokens.ndim ? " parent_tokens" : "")
+     << (a.block_table.ndim ? " block_table" : "") << (a.block_size ? " block_size" : "");
   w.log = os.str();
 }
 
@@ -428,7 +518,7 @@ void mutate(Rng& r, World& w) {
       }
       break;
     case 10:
-      for (int g : {H0I, HTI}) {
+      for (int g : {H0I, HTI, ACC, IBLK, FBLK, FSTB, CMPT}) {
         sc_tensor& ix = w.t(g);
         if (ix.ndim != 1 || ix.shape[0] <= 0 || !in_arena(w, g)) continue;
         const int64_t i = r.uni(0, ix.shape[0] - 1);
@@ -463,7 +553,15 @@ void mutate(Rng& r, World& w) {
       a.exec.tile_d = r.pick<int64_t>({0, -5, INT64_MAX, int64_t(1) << 40});
       os << "tiles " << a.exec.tile_t << "x" << a.exec.tile_d;
       break;
-    case 17: a.struct_size = uint32_t(r.pick<int64_t>({0, 8, sizeof(sc_conv_args) + 8})); os << "struct_size"; break;
+    case 17:
+      if (r.chance(0.3)) {
+        a.block_size = r.pick<int64_t>({-1, 0, 1, 3, INT64_MAX});
+        os << "block_size=" << a.block_size;
+      } else {
+        a.struct_size = uint32_t(r.pick<int64_t>({0, 8, sizeof(sc_conv_args) + 8}));
+        os << "struct_size";
+      }
+      break;
     case 18: t.ndim = 0; os << kFields[f].name << " absent"; break;
     default: {  // enormous but consistent broadcast inputs: 2^40 or 2^58 sequences of 1 token
       const int64_t N = int64_t(1) << r.pick<int>({40, 58});

@@ -78,6 +78,7 @@ TEST_P(Sweep, PackedTinySegments) {
   Space sp;
   sp.seq_ids = false;  // (the batch becomes packed below)
   sp.dtypes = false;
+  sp.serving = false;  // (the lengths and rows are redrawn below)
   sp.W_max = 8;
   std::mt19937_64 rng(1003);
   int bad = 0;
@@ -206,6 +207,7 @@ TEST_P(Sweep, StatesAndPools) {
   Space sp;
   sp.seq_ids = false;  // (pools addressed by indices below)
   sp.W_max = 10;
+  sp.serving = false;  // (the rows are redrawn below; serving steps: Sweep.Serving*)
   std::mt19937_64 rng(1007);
   int bad = 0;
   for (int i = 0; i < 80 && bad < 5; ++i) {

@@ -587,6 +587,178 @@ std::vector<Row> rows() {
       },
       {"dinitial_state", "has_initial_state"});
 
+  // ---- serving steps: speculative decoding, tree drafts (semantics section 5) -----------
+  // Packed baseline with rows of S entries (lengths 3, 0, 4; W = 3): counts valid for
+  // S = 6 (1 <= a <= S - (W-1) + 1 = 5); sequence 1 reads no row, so its count is not read.
+  auto rows_of = [](Case& c, int64_t S) {
+    c.a.initial_state = c.make("initial_state", SC_F32, {kP, kD, S}, false);
+    c.a.final_state = c.make("final_state", SC_F32, {kP, kD, S}, true);
+    c.a.dfinal_state = c.make("dfinal_state", SC_F32, {kN, kD, S}, false);
+    c.a.dinitial_state = c.make("dinitial_state", SC_F32, {kN, kD, S}, true);
+  };
+  auto spec = [rows_of](Case& c) {
+    rows_of(c, 6);
+    c.a.num_accepted = c.index<int32_t>("num_accepted", SC_I32, {1, 9, 4});
+  };
+  auto tree = [](Case& c) {  // [N, M = 4]: parents of tokens >= L_n are not read
+    c.a.parent_tokens = c.index<int32_t>("parent_tokens", SC_I32,
+                                         {-1, 0, 1, 77, 5, 5, 5, 5, -9, 0, 0, 2});
+    c.a.parent_tokens = shortconv::tensor(c.a.parent_tokens.data, SC_I32, {kN, 4});
+  };
+  auto parent = [](Case& c, int64_t n, int64_t t) -> int32_t& {
+    return reinterpret_cast<int32_t*>(c.ptr("parent_tokens"))[n * 4 + t];
+  };
+  auto count = [](Case& c, int64_t n) -> int32_t& {
+    return reinterpret_cast<int32_t*>(c.ptr("num_accepted"))[n];
+  };
+  add("num_accepted 0", PACKED, FWD, [spec, count](Case& c) { spec(c); count(c, 0) = 0; },
+      {"num_accepted[0]"});
+  add("num_accepted -1", PACKED, FWD, [spec, count](Case& c) { spec(c); count(c, 2) = -1; },
+      {"num_accepted[2]"});
+  add("num_accepted past the row (> S - (W-1) + 1)", PACKED, FWD,
+      [spec, count](Case& c) { spec(c); count(c, 2) = 5 + 1; }, {"num_accepted[2]"});
+  add("num_accepted: row too short for the step's tokens", PACKED, FWD,
+      [spec, rows_of, count](Case& c) {
+        spec(c);
+        rows_of(c, 4);  // sequence 2 has 4 tokens: (W-2) + 4 = 5 entries > S = 4
+        count(c, 2) = 1;
+      },
+      {"num_accepted"});
+  add("num_accepted: dense steps longer than the row", DENSE, FWD,
+      [](Case& c) { c.a.num_accepted = c.index<int64_t>("num_accepted", SC_I64, {1, 1}); },
+      {"num_accepted"});
+  add("num_accepted with ring_offsets", PACKED, FWD,
+      [spec, rings](Case& c) { spec(c); rings(c); }, {"num_accepted", "ring_offsets"});
+  add("num_accepted without a state tensor", PACKED, FWD,
+      [spec](Case& c) {
+        spec(c);
+        c.a.initial_state.ndim = c.a.initial_state_indices.ndim = 0;
+        c.a.final_state.ndim = c.a.final_state_indices.ndim = 0;
+      },
+      {"num_accepted"});
+  add("num_accepted shape [N+1]", PACKED, FWD,
+      [spec](Case& c) { spec(c); c.a.num_accepted.shape[0] = kN + 1; }, {"num_accepted"});
+  add("num_accepted dtype f32", PACKED, FWD,
+      [spec](Case& c) { spec(c); c.a.num_accepted.dtype = SC_F32; }, {"num_accepted"});
+  add("num_accepted dtype bool", PACKED, FWD,
+      [spec](Case& c) { spec(c); c.a.num_accepted.dtype = SC_BOOL; }, {"num_accepted"});
+  add("num_accepted in the backward", PACKED, BWD, spec, {"num_accepted"}, SC_ERR_UNSUPPORTED);
+  add("final_state over num_accepted", PACKED, FWD,
+      [spec](Case& c) { spec(c); alias(c.a.num_accepted, c.a.final_state); },
+      {"final_state", "num_accepted"});
+  add("parent_tokens pointing forward", PACKED, FWD,
+      [tree, parent](Case& c) { tree(c); parent(c, 2, 3) = 3; }, {"parent_tokens[2, 3]"});
+  add("parent_tokens pointing past the step", PACKED, FWD,
+      [tree, parent](Case& c) { tree(c); parent(c, 0, 2) = 7; }, {"parent_tokens[0, 2]"});
+  add("parent_tokens negative", PACKED, FWD,
+      [tree, parent](Case& c) { tree(c); parent(c, 0, 1) = -1; }, {"parent_tokens[0, 1]"});
+  add("parent_tokens rows shorter than a sequence", PACKED, FWD,
+      [tree](Case& c) {
+        tree(c);
+        c.a.parent_tokens = shortconv::tensor(c.a.parent_tokens.data, SC_I32, {kN, 3});
+      },
+      {"parent_tokens"});
+  add("parent_tokens rows shorter than T (dense)", DENSE, FWD,
+      [](Case& c) {
+        c.a.parent_tokens = shortconv::tensor(c.make("parent_tokens", SC_I32, {kB, kT - 1}, false).data,
+                                              SC_I32, {kB, kT - 1});
+      },
+      {"parent_tokens"});
+  add("parent_tokens shape [N+1, M]", PACKED, FWD,
+      [tree](Case& c) { tree(c); c.a.parent_tokens.shape[0] = kN + 1; }, {"parent_tokens"});
+  add("parent_tokens rank 1", PACKED, FWD,
+      [tree](Case& c) { tree(c); c.a.parent_tokens.ndim = 1; }, {"parent_tokens"});
+  add("parent_tokens dtype f16", PACKED, FWD,
+      [tree](Case& c) { tree(c); c.a.parent_tokens.dtype = SC_F16; }, {"parent_tokens"});
+  add("parent_tokens NULL data", PACKED, FWD,
+      [tree](Case& c) { tree(c); c.a.parent_tokens.data = nullptr; }, {"parent_tokens"});
+  add("parent_tokens in the backward", PACKED, BWD, tree, {"parent_tokens"}, SC_ERR_UNSUPPORTED);
+  // ---- block tables and prefix caching (semantics section 5) ------------------------
+  // Packed baseline (lengths 3, 0, 4), pools of 12 rows, table row n = rows 4n .. 4n+3,
+  // block size 2, computed {1, 0, 2}: sequence 0 snapshots its boundary at 2 into row 0
+  // and ends in row 1; sequence 1 (no tokens) copies into row 4; sequence 2 snapshots 4
+  // into row 9 and ends in row 10.
+  auto apc = [](Case& c) {
+    c.a.initial_state = c.make("initial_state", SC_F32, {12, kD, kS}, false);
+    c.a.final_state = c.make("final_state", SC_F32, {12, kD, kS}, true);
+    c.a.initial_state_indices.ndim = c.a.final_state_indices.ndim = 0;
+    c.a.block_table = c.index<int32_t>("block_table", SC_I32, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+    c.a.block_table = shortconv::tensor(c.a.block_table.data, SC_I32, {kN, 4});
+    c.a.initial_block = c.index<int32_t>("initial_block", SC_I32, {0, 0, 1});
+    c.a.final_block = c.index<int32_t>("final_block", SC_I32, {1, 0, 2});
+    c.a.first_block = c.index<int64_t>("first_block", SC_I64, {0, 0, 1});
+    c.a.computed_tokens = c.index<int64_t>("computed_tokens", SC_I64, {1, 0, 2});
+    c.a.block_size = 2;
+  };
+  auto tab = [](Case& c, int64_t n, int64_t b) -> int32_t& {
+    return reinterpret_cast<int32_t*>(c.ptr("block_table"))[n * 4 + b];
+  };
+  add("block_table without final_block", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.final_block.ndim = 0; }, {"final_block", "block_table"});
+  add("initial_block without block_table", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.block_table.ndim = 0; c.a.block_size = 0;
+                       c.a.first_block.ndim = c.a.computed_tokens.ndim = 0; },
+      {"block_table", "initial_block"});
+  add("block_size without computed_tokens", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.computed_tokens.ndim = 0; }, {"computed_tokens", "block_size"});
+  add("first_block with block_size 0", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.block_size = 0; }, {"block_size", "first_block"});
+  add("block_size negative", PACKED, FWD, [apc](Case& c) { apc(c); c.a.block_size = -2; },
+      {"block_size"});
+  add("prefix caching without a block table", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.block_table.ndim = c.a.initial_block.ndim = c.a.final_block.ndim = 0; },
+      {"block_size", "block_table"});
+  add("block_table with initial_state_indices", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.initial_state_indices.ndim = 1; },
+      {"block_table", "initial_state_indices"});
+  add("block_table with ring_offsets", PACKED, FWD, [apc, rings](Case& c) { apc(c); rings(c); },
+      {"block_table", "ring_offsets"});
+  add("prefix caching with num_accepted", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.num_accepted = c.index<int32_t>("num_accepted", SC_I32, {1, 1, 1}); },
+      {"block_table", "num_accepted"});
+  add("prefix caching without final_state", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.final_state.ndim = 0; }, {"block_table", "final_state"});
+  add("block_table shape [N+1, M]", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.block_table.shape[0] = kN + 1; }, {"block_table"});
+  add("block_table rank 1", PACKED, FWD, [apc](Case& c) { apc(c); c.a.block_table.ndim = 1; },
+      {"block_table"});
+  add("block_table dtype f32", PACKED, FWD, [apc](Case& c) { apc(c); c.a.block_table.dtype = SC_F32; },
+      {"block_table"});
+  add("final_block dtype bool", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.final_block.dtype = SC_BOOL; }, {"final_block"});
+  add("computed_tokens shape [N-1]", PACKED, FWD,
+      [apc](Case& c) { apc(c); c.a.computed_tokens.shape[0] = kN - 1; }, {"computed_tokens"});
+  add("initial_block past the table", PACKED, FWD,
+      [apc](Case& c) { apc(c); reinterpret_cast<int32_t*>(c.ptr("initial_block"))[0] = 4; },
+      {"initial_block[0]"});
+  add("final_block negative", PACKED, FWD,
+      [apc](Case& c) { apc(c); reinterpret_cast<int32_t*>(c.ptr("final_block"))[2] = -1; },
+      {"final_block[2]"});
+  add("block_table entry past the pool", PACKED, FWD,
+      [apc, tab](Case& c) { apc(c); tab(c, 2, 1) = 12; }, {"block_table[2, 1]"});
+  add("first_block past the table", PACKED, FWD,
+      [apc](Case& c) { apc(c); reinterpret_cast<int64_t*>(c.ptr("first_block"))[2] = 4; },
+      {"first_block[2]"});
+  add("computed_tokens negative", PACKED, FWD,
+      [apc](Case& c) { apc(c); reinterpret_cast<int64_t*>(c.ptr("computed_tokens"))[1] = -1; },
+      {"computed_tokens[1]"});
+  add("a snapshot row is another sequence's final row", PACKED, FWD,
+      [apc, tab](Case& c) { apc(c); tab(c, 2, 2) = 0; }, {"block_table"});
+  add("in place: a snapshot row is another sequence's initial state", PACKED, FWD,
+      [apc, tab](Case& c) {
+        apc(c);
+        c.a.final_state = c.a.initial_state;
+        reinterpret_cast<int32_t*>(c.ptr("initial_block"))[1] = 1;  // sequence 1 reads row 5
+        tab(c, 2, 1) = 5;                                            // which sequence 2 snapshots
+      },
+      {"block_table[1]"});
+  add("block_table in the backward", PACKED, BWD, apc, {"block_table"}, SC_ERR_UNSUPPORTED);
+  add("in place: a row written for one sequence is another's initial state", PACKED, FWD,
+      [](Case& c) {
+        c.a.final_state = c.a.initial_state;  // rows read {2, -1, 0}; sequence 1 now writes 2
+        reinterpret_cast<int32_t*>(c.ptr("final_state_indices"))[1] = 2;
+      },
+      {"initial_state_indices[0]", "final_state_indices"});
   // ---- sequence ids (section 3) ----------------------------------------------------------
   add("seq_idx with cu_seqlens", PACKED, BOTH,
       [](Case& c) {
@@ -664,6 +836,25 @@ std::vector<Row> rows() {
       {"y", "seq_idx"});
   add("dx over seq_idx", DENSE, BWD, [](Case& c) { use_ids(c); alias(c.a.seq_idx, c.a.dx); },
       {"dx", "seq_idx"});
+  add("seq_idx with num_accepted", DENSE, FWD,
+      [](Case& c) { use_ids(c); c.a.num_accepted = c.index<int32_t>("num_accepted", SC_I32, {1, 1}); },
+      {"num_accepted", "seq_idx"});
+  add("seq_idx with parent_tokens", DENSE, FWD,
+      [](Case& c) {
+        use_ids(c);
+        c.a.parent_tokens = c.index<int32_t>("parent_tokens", SC_I32, {-1, 0, 1, 2, 3, -1, 0, 1, 2, 3});
+        c.a.parent_tokens = shortconv::tensor(c.a.parent_tokens.data, SC_I32, {kB, kT});
+      },
+      {"parent_tokens", "seq_idx"});
+  add("seq_idx with block_table", DENSE, FWD,
+      [](Case& c) {
+        use_ids(c);
+        c.a.block_table = c.index<int32_t>("block_table", SC_I32, {0, 1});
+        c.a.block_table = shortconv::tensor(c.a.block_table.data, SC_I32, {kB, 1});
+        c.a.initial_block = c.index<int32_t>("initial_block", SC_I32, {0, 0});
+        c.a.final_block = c.index<int32_t>("final_block", SC_I32, {0, 0});
+      },
+      {"block_table", "seq_idx"});
 
   // ---- outputs overlapping inputs or each other ---------------------------------------
   add("y over x", DENSE, FWD, [](Case& c) { alias(c.a.x, c.a.y); }, {"y", "x"});
@@ -1343,6 +1534,66 @@ TEST(ValidEdges, StateAddressing) {
       run_ok(a, true);
       run_ok(a, false);
     }
+  }
+}
+
+// Serving steps: counts are read only for sequences that read a row, parents
+// only for tokens 1 .. L_n - 1 (token 0 is the root); the speculative row's
+// entries past (W-2) + L_n are left alone; in place, a sequence may rewrite
+// the row it reads.
+TEST(ValidEdges, ServingSteps) {
+  for (sc_backend be : kBackends) {
+    auto c = baseline(PACKED, be);  // lengths 3, 0, 4; W = 3
+    sc_conv_args& a = c->a;
+    const int64_t S = 7;
+    a.initial_state = c->make("initial_state", SC_F32, {kP, kD, S}, false);
+    a.final_state = c->make("final_state", SC_F32, {kP, kD, S}, true);
+    a.num_accepted = c->index<int64_t>("num_accepted", SC_I64, {S - 1, -5, 1});
+    a.parent_tokens = c->index<int64_t>("parents", SC_I64, {99, 0, 0, -4, -4, -4, 3, 0, 1, 2});
+    a.parent_tokens = shortconv::tensor(a.parent_tokens.data, SC_I64, {kN, 4});  // (10 of 12 given)
+    a.parent_tokens.stride[0] = 3;  // row n at 3n: [99 0 0 | -4 -4 -4 | 3 0 1 2]
+    run_ok(a, true);
+    // sequence 0 writes row 1: its first (W-2) + 3 = 4 entries; sequence 2 writes none (-1)
+    const uint8_t* fs = c->ptr("final_state");
+    for (int64_t d = 0; d < kD; ++d)
+      for (int64_t j = 0; j < S; ++j) {
+        const int64_t at = ((1 * kD + d) * S + j) * 4;
+        for (int64_t b = 0; b < 4; ++b) EXPECT_EQ(fs[at + b] == kSentinel, j >= 4) << d << " " << j;
+      }
+    for (int64_t r : {0, 2, 3})
+      for (int64_t i = 0; i < kD * S * 4; ++i) EXPECT_EQ(fs[r * kD * S * 4 + i], kSentinel);
+    a.final_state = a.initial_state;  // in place: sequence 0 reads row 2 and writes row 1
+    reinterpret_cast<int32_t*>(c->ptr("final_state_indices"))[0] = 2;
+    run_ok(a, true);
+  }
+}
+
+// Prefix caching writes the final rows and the snapshots and nothing else; in
+// place, a chunk may snapshot into the row it started from.
+TEST(ValidEdges, PrefixCaching) {
+  for (sc_backend be : kBackends) {
+    auto c = baseline(PACKED, be);  // lengths 3, 0, 4
+    sc_conv_args& a = c->a;
+    a.initial_state = c->make("initial_state", SC_F32, {12, kD, kS}, false);
+    a.final_state = c->make("final_state", SC_F32, {12, kD, kS}, true);
+    a.initial_state_indices.ndim = a.final_state_indices.ndim = 0;
+    a.block_table = c->index<int32_t>("block_table", SC_I32, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+    a.block_table = shortconv::tensor(a.block_table.data, SC_I32, {kN, 4});
+    a.initial_block = c->index<int32_t>("initial_block", SC_I32, {0, 0, 1});
+    a.final_block = c->index<int32_t>("final_block", SC_I32, {1, 0, 2});
+    a.first_block = c->index<int64_t>("first_block", SC_I64, {0, 0, 1});
+    a.computed_tokens = c->index<int64_t>("computed_tokens", SC_I64, {1, 0, 2});
+    a.block_size = 2;
+    run_ok(a, true);
+    const uint8_t* fs = c->ptr("final_state");
+    for (int64_t r = 0; r < 12; ++r) {
+      const bool written = r == 0 || r == 1 || r == 4 || r == 9 || r == 10;
+      for (int64_t i = 0; i < kD * kS * 4; ++i)
+        ASSERT_EQ(fs[r * kD * kS * 4 + i] == kSentinel, !written) << "row " << r;
+    }
+    // in place: sequence 2 starts from row 9 (its block 1) and snapshots into it
+    a.final_state = a.initial_state;
+    run_ok(a, true);
   }
 }
 

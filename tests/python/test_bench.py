@@ -123,3 +123,29 @@ def test_compiled_row(monkeypatch):
         return
     assert seen == dict(fullgraph=True, dynamic=False, mode="max-autotune", backend="inductor")
     assert r["shape"] == "small compiled" and r["fwd_us"] > 0 and r["fwdbwd_us"] > 0
+
+
+def test_bench_decode_smoke():
+    """The decode section on the CPU: both pool layouts, 1 and 1+3 tokens, the floor's bytes."""
+    from shortconv import bench_decode
+    rows = bench_decode.run("cpu", 0.01, 10.0, torch.float32,
+                            cases=[("vllm", 16, 4, 8), ("rows", 16, 1, 1)], out=None)
+    assert [r["bytes"] for r in rows] == [
+        2 * 8 * 4 * 16 * 4 + 7 * 16 * 4 * (3 + 6),  # x, y; 7 real rows: 3 read, 6 written
+        2 * 1 * 1 * 16 * 4 + 1 * 16 * 4 * (3 + 3)]
+    for r in rows:
+        assert r["eager_us"] > 0 and r["torch_op_us"] > 0
+        assert r["eager_per_torch_op"] == r["eager_us"] / r["torch_op_us"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_bench_decode_cuda_smoke():
+    """The decode section's CUDA figures (graph replays of the step and of the empty kernel,
+    the floor) on two tiny steps: what gpu.sh's pydecode stage prints."""
+    from shortconv import bench_decode
+    rows = bench_decode.run("cuda", 0.01, 1000.0, torch.bfloat16,
+                            cases=[("vllm", 64, 4, 8), ("rows", 64, 1, 8)], out=None)
+    for r in rows:
+        assert r["gpu_us"] > 0 and r["empty_us"] > 0 and r["empty_call_us"] > 0
+        assert r["floor_us"] == r["bytes"] / 1e6 and r["frac"] == r["floor_us"] / r["gpu_us"]
+        assert r["per_empty"] == r["gpu_us"] / r["empty_us"]

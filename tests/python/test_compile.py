@@ -41,16 +41,32 @@ def test_opcheck(packed):
     x1 = torch.randn(N, 1, 3) if not packed else torch.randn(1, 6, 3)
     torch.library.opcheck(torch.ops.shortconv.causal_conv1d_update.default,
                           (x1, d["initial_state"].clone(), d["weight"], d["bias"], None, None,
-                           d["cu_seqlens"], 1, None, None, -1))
+                           d["cu_seqlens"], 1, None, None, -1, None, None, None, None, None,
+                           None, None, 0))
     pool = torch.randn(5, 3, 4)
     torch.library.opcheck(torch.ops.shortconv.causal_conv1d_update.default,
                           (torch.randn(2, 1, 3), pool, d["weight"], None, None,
-                           torch.tensor([4, -1]), None, 0, None, None, -1))
+                           torch.tensor([4, -1]), None, 0, None, None, -1, None, None, None, None,
+                           None, None, None, 0))
     # state addressing: flags, ring rows, a pad slot id
     torch.library.opcheck(torch.ops.shortconv.causal_conv1d_update.default,
                           (torch.randn(3, 2, 3), pool.clone(), d["weight"], d["bias"], None,
                            torch.tensor([4, 7, 0]), None, 1, torch.tensor([True, False, True]),
-                           torch.tensor([0, 5, 2], dtype=torch.int32), 7))
+                           torch.tensor([0, 5, 2], dtype=torch.int32), 7, None, None, None, None,
+                           None, None, None, 0))
+    # serving steps: a speculative tree step of 3 tokens on rows of (W-1) + 2 = 4 entries
+    torch.library.opcheck(torch.ops.shortconv.causal_conv1d_update.default,
+                          (torch.randn(2, 3, 3), pool.clone(), d["weight"], d["bias"], None,
+                           torch.tensor([4, 1]), None, 1, None, None, -1,
+                           torch.tensor([2, 1], dtype=torch.int32),
+                           torch.tensor([[-1, 0, 0], [-1, 0, 1]]), None, None, None, None, None, 0))
+    # prefix caching: a packed chunk of 2 sequences, blocks of 2 tokens, snapshots via a table
+    pool8 = torch.randn(8, 3, 4)
+    torch.library.opcheck(torch.ops.shortconv.causal_conv1d_update.default,
+                          (torch.randn(1, 7, 3), pool8, d["weight"], d["bias"], None, None,
+                           torch.tensor([0, 3, 7]), 1, None, None, -1, None, None,
+                           torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7]]), torch.tensor([0, 0]),
+                           torch.tensor([1, 3]), torch.tensor([0, 1]), torch.tensor([1, 3]), 2))
 
 
 def test_gradcheck_through_the_custom_op():

@@ -510,3 +510,236 @@ def apply_update_defect(defect, kw, P):
         kw["residual"] = torch.zeros(x.shape[:-1] + (x.shape[-1] + 1,), dtype=x.dtype)
         return ValueError, "residual"
     return None
+
+
+# ---- causal_conv1d_update: serving steps (speculative decoding, tree drafts) ------------
+SERVING_DEFECTS = [
+    "num_accepted:zero", "num_accepted:past_row", "num_accepted:float", "num_accepted:shape",
+    "num_accepted:list", "parent_tokens:forward", "parent_tokens:negative",
+    "parent_tokens:short", "parent_tokens:rank1", "cache:short_rows",
+    "final_block:absent", "first_block:absent", "final_block:past", "block_table:twice",
+    "computed_tokens:negative", "block_size:negative",
+]
+
+
+def serving_reference(x, cache, w, b, act, idx, lengths, acc, parents, D, W, S, apc=None):
+    """docs/semantics.md section 5 in float64, one sequence at a time: (y [tokens, D], cache).
+    apc: (table, initial_block, final_block, first_block, computed, block_size) or None."""
+    start, out = cache.double(), cache.clone()
+    xs = x.reshape(-1, D).double()
+    ys, t0 = [], 0
+    for n, L in enumerate(lengths):
+        row = int(idx[n]) if idx is not None else n
+        if apc is not None:
+            table, ib, fb = apc[0], apc[1], apc[2]
+            row, wrow = int(table[n, int(ib[n])]), int(table[n, int(fb[n])])
+        if acc is not None:  # the window of W-1 entries from acc - 1; s = W-1
+            s = W - 1
+            a = int(acc[n])
+            h = start[row, :, a - 1:a - 1 + s] if row >= 0 else torch.zeros(D, s, dtype=torch.float64)
+        else:
+            s = S
+            h = start[row] if row >= 0 else torch.zeros(D, S, dtype=torch.float64)
+        u = torch.cat([h, xs[t0:t0 + L].t()], 1)
+        for t in range(L):
+            q, pos = [0] * W, s + t
+            for k in range(W - 1, -1, -1):
+                q[k] = pos
+                if pos - s >= 1:
+                    pos = s + (int(parents[n, pos - s]) if parents is not None else pos - s - 1)
+                else:
+                    pos -= 1
+            v = (u[:, q] * w.double()).sum(1) + (b.double() if b is not None else 0)
+            ys.append(v * torch.sigmoid(v) if act == "silu" else v)
+        wrow = wrow if apc is not None else row
+        if wrow >= 0:
+            if acc is None:
+                out[wrow] = u[:, L:L + S].to(out.dtype)
+            elif L > 0:
+                E = W - 2 + L
+                out[wrow, :, :E] = u[:, 1:1 + E].to(out.dtype)
+        if apc is not None and apc[5]:  # snapshots at the block boundaries inside the chunk
+            first, c, B = int(apc[3][n]), int(apc[4][n]), apc[5]
+            for k, p in enumerate(range((c // B + 1) * B, c + L, B)):
+                r = int(apc[0][n, first + k])
+                if r >= 0:
+                    out[r] = u[:, p - c:p - c + S].to(out.dtype)
+        t0 += L
+    return (torch.stack(ys) if ys else xs.new_zeros(0, D)), out
+
+
+@FUZZ
+@given(st.data())
+def test_fuzz_serving_steps(data):
+    """causal_conv1d_update(num_accepted=, parent_tokens=): a clean error naming the argument
+    with the pool unchanged, or the section-5 reference (rows: copies, exact)."""
+    d = data.draw
+    gen = torch.Generator().manual_seed(d(st.integers(0, 2**31 - 1), label="seed"))
+    xdt = d(st.sampled_from(FLOATS), label="x dtype")
+    W, D = d(st.integers(1, 5), label="W"), d(st.integers(1, 5), label="D")
+    N = d(st.integers(1, 4), label="N")
+    packed = d(st.booleans(), label="packed")
+    if packed:
+        lengths = d(st.lists(st.integers(0, 4), min_size=N, max_size=N), label="lengths")
+        xshape = (1, sum(lengths), D)
+    else:
+        T = d(st.integers(1, 4), label="T")
+        lengths, xshape = [T] * N, (N, T, D)
+    spec, tree, table, prefix = d(st.sampled_from([
+        (True, False, False, False), (False, True, False, False), (True, True, False, False),
+        (True, False, True, False), (False, False, True, False), (False, False, True, True)]),
+        label="kind")
+    longest = max(lengths)
+    S = max(W - 1, W - 2 + longest) + d(st.integers(0, 2), label="extra entries") if spec else \
+        d(st.sampled_from([W - 1, W]), label="S")
+    P = N + d(st.integers(0, 2), label="extra rows")
+    rows = torch.randperm(P, generator=gen)[:N]
+    idx = torch.where(torch.rand(N, generator=gen) < 0.25, torch.full_like(rows, -1), rows).int()
+    acc = None
+    if spec:
+        hi = S - (W - 1) + 1
+        acc = torch.randint(1, hi + 1, (N,), generator=gen, dtype=torch.int32)
+        acc = torch.where(idx < 0, torch.full_like(acc, -9), acc)  # rows nobody reads: any count
+    parents = None
+    if tree:
+        M = longest + d(st.integers(0, 1), label="extra parents")
+        shape = d(st.sampled_from(["chain", "star", "random"]), label="tree")
+        parents = torch.full((N, M), -1, dtype=torch.int64)
+        for t in range(1, M):
+            parents[:, t] = (t - 1 if shape == "chain" else 0 if shape == "star"
+                             else torch.randint(0, t, (N,), generator=gen))
+    apc = None
+    if table:  # rows of each sequence's blocks, vLLM's block indices (distinct rows written)
+        Bk = d(st.integers(1, 3), label="block size")
+        comp = [d(st.integers(0, 2 * Bk), label="computed") for _ in range(N)]
+        M = max((c + L) // Bk + 2 for c, L in zip(comp, lengths))
+        P = N * M + 1
+        tbl = torch.randperm(P, generator=gen)[:N * M].view(N, M)
+        tbl = torch.where(torch.rand(N, M, generator=gen) < 0.1, torch.full_like(tbl, -1), tbl)
+        c_ = torch.tensor(comp)
+        L_ = torch.tensor(lengths)
+        first = c_ // Bk
+        last = torch.where(L_ > 0, (c_ + L_ - 1) // Bk, first)
+        init = torch.clamp((c_ + Bk - 1) // Bk - 1, min=0)
+        apc = [tbl, init, last, first, c_, Bk if prefix else 0]
+        idx = None
+        if acc is not None:  # the counts of sequences whose rows are read
+            acc = torch.where(tbl[torch.arange(N), init] < 0, torch.full_like(acc, -9),
+                              torch.randint(1, S - (W - 1) + 2, (N,), generator=gen,
+                                            dtype=torch.int32))
+    cu = None
+    if packed:
+        cu = torch.tensor([sum(lengths[:i]) for i in range(N + 1)], dtype=torch.int64)
+    x = Arg(xshape, xdt, draw_layout(d, False), 1.0, gen).value()
+    w = Arg((D, W), xdt, "contig", 1.0, gen).value()
+    b = Arg((D,), xdt, "contig", 1.0, gen).value() if d(st.booleans(), label="bias") else None
+    cache = Arg((P, D, S), xdt, d(st.sampled_from(["contig", "transpose"])), 1.0, gen).value()
+    act = d(st.sampled_from([None, "silu"]), label="activation")
+    kw = dict(x=x, cache=cache, weight=w, bias=b, activation=act, cache_indices=idx,
+              cu_seqlens=cu, num_accepted=acc, parent_tokens=parents)
+    if apc is not None:
+        kw.update(block_table=apc[0], initial_block=apc[1], final_block=apc[2])
+        if apc[5]:
+            kw.update(first_block=apc[3], computed_tokens=apc[4], block_size=apc[5])
+
+    defect = d(st.sampled_from([None] * len(SERVING_DEFECTS) + SERVING_DEFECTS), label="defect")
+    expected = apply_serving_defect(defect, kw, lengths, W) if defect else None
+    event("defect" if expected is not None else "valid")
+    if expected is not None:
+        expect_error(lambda: shortconv.causal_conv1d_update(**kw), *expected, values=kw)
+        return
+    start = cache.clone()
+    y, out = shortconv.causal_conv1d_update(**kw)
+    assert out is cache and y.shape == x.shape
+    yr, expect_cache = serving_reference(x, start, w, b, act, idx, lengths, acc, parents, D, W, S,
+                                         apc)
+    check_close(y.reshape(-1, D), yr, xdt, "y", xdt)
+    assert torch.equal(cache, expect_cache), "cache"
+
+
+def apply_table_defect(arg, kind, kw, lengths):
+    """Block-table and prefix-caching defects (None: not applicable to this draw)."""
+    if "block_table" not in kw:
+        return None
+    if kind == "absent":
+        if arg == "first_block" and "first_block" not in kw:
+            return None
+        del kw[arg]
+        return ValueError, arg
+    if arg == "final_block":  # past the table
+        fb = kw["final_block"].clone()
+        fb[0] = kw["block_table"].shape[1]
+        kw["final_block"] = fb
+        return ValueError, "final_block[0]"
+    if arg == "block_table":  # two sequences' final rows the same
+        t, fb = kw["block_table"].clone(), kw["final_block"]
+        if t.shape[0] < 2 or kw["cache"][0].numel() == 0:
+            return None
+        t[1, int(fb[1])] = t[0, int(fb[0])] = 0
+        kw["block_table"] = t
+        return ValueError, "block_table"
+    if "first_block" not in kw:
+        return None
+    if arg == "computed_tokens":
+        c = kw["computed_tokens"].clone()
+        c[0] = -1
+        kw["computed_tokens"] = c
+        return ValueError, "computed_tokens[0]"
+    kw["block_size"] = -1  # block_size:negative
+    return ValueError, "block_size"
+
+
+def apply_serving_defect(defect, kw, lengths, W):
+    arg, kind = defect.split(":")
+    if arg in ("final_block", "first_block", "block_table", "computed_tokens", "block_size"):
+        return apply_table_defect(arg, kind, kw, lengths)
+    acc, parents, idx = kw["num_accepted"], kw["parent_tokens"], kw["cache_indices"]
+    if idx is None:
+        return None  # (the count and parent defects are drawn on index addressing)
+    reader = next((n for n in range(idx.numel()) if int(idx[n]) >= 0), None)
+    if arg == "num_accepted":
+        if acc is None:
+            return None
+        if kind == "float":
+            kw["num_accepted"] = acc.float()
+            return TypeError, "num_accepted"
+        if kind == "list":
+            kw["num_accepted"] = acc.tolist()
+            return TypeError, "num_accepted"
+        if kind == "shape":
+            kw["num_accepted"] = torch.cat([acc, acc[:1]])
+            return ValueError, "num_accepted"
+        if reader is None:
+            return None  # no count is read
+        acc = acc.clone()
+        acc[reader] = 0 if kind == "zero" else kw["cache"].shape[2] - (W - 1) + 2
+        kw["num_accepted"] = acc
+        return ValueError, "num_accepted[%d]" % reader
+    if arg == "parent_tokens":
+        if parents is None:
+            return None
+        if kind == "rank1":
+            kw["parent_tokens"] = parents.reshape(-1)
+            return ValueError, "parent_tokens"
+        if kind == "short":
+            if max(lengths) == 0:
+                return None
+            kw["parent_tokens"] = parents[:, :max(lengths) - 1]
+            return ValueError, "parent_tokens"
+        n = next((k for k, L in enumerate(lengths) if L >= 2), None)
+        if n is None:
+            return None
+        parents = parents.clone()
+        parents[n, 1] = 1 if kind == "forward" else -1
+        kw["parent_tokens"] = parents
+        return ValueError, "parent_tokens[%d, 1]" % n
+    if defect == "cache:short_rows":
+        if acc is None or max(lengths) == 0:
+            return None
+        S_short = W - 3 + max(lengths)  # one entry too few for the longest sequence
+        if S_short < max(W - 1, 0):
+            return None
+        kw["cache"] = kw["cache"][:, :, :S_short]
+        kw["num_accepted"] = torch.ones_like(acc)
+        return ValueError, "num_accepted"
+    return None

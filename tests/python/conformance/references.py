@@ -158,6 +158,37 @@ def vllm_fn_ref(x, weight, bias, conv_states, query_start_loc, cache_indices, ha
     return out
 
 
+def vllm_fn_apc_ref(x, weight, bias, conv_states, query_start_loc, block_table, has_initial_state,
+                    activation, first, last, init, computed, block_size):
+    """vLLM's causal_conv1d_fn with prefix caching, from its documentation: sequence n's rows
+    are block_table[n, .]; the initial state is row block_table[n, init[n]] (when
+    has_initial_state[n], else 0); at every block boundary p = m * block_size strictly inside
+    the chunk [computed[n], computed[n] + L) the state so far (the last W-1 entries of
+    state ++ tokens up to p) goes to row block_table[n, first[n] + k] (k-th boundary), the
+    final state to row block_table[n, last[n]].  Returns out (dim, tokens) in float64; the
+    pool is updated in place."""
+    W = weight.shape[1]
+    qsl = query_start_loc.tolist()
+    out = torch.zeros(x.shape, dtype=torch.float64)
+    xs = x.to(conv_states.dtype)
+    start = conv_states.clone()
+    for n in range(len(qsl) - 1):
+        L, c = qsl[n + 1] - qsl[n], int(computed[n])
+        rows = block_table[n].tolist()
+        has = has_initial_state is not None and bool(has_initial_state[n])
+        h0 = (start[rows[int(init[n])], :, :W - 1].double() if has
+              else torch.zeros(x.shape[0], W - 1, dtype=torch.float64))
+        u = torch.cat([h0, xs[:, qsl[n]:qsl[n + 1]].double()], dim=1)
+        out[:, qsl[n]:qsl[n + 1]] = conv_ref(u[None], weight, bias, activation, L)[0]
+        k = 0
+        for p in range((c // block_size + 1) * block_size, c + L, block_size):
+            r = p - c  # tokens of the chunk before the boundary
+            conv_states[rows[int(first[n]) + k], :, :W - 1] = u[:, r:r + W - 1].to(conv_states.dtype)
+            k += 1
+        conv_states[rows[int(last[n])], :, :W - 1] = u[:, L:L + W - 1].to(conv_states.dtype)
+    return out
+
+
 def vllm_update_ref(x, conv_state, weight, bias, activation, conv_state_indices, pad_slot_id=-1):
     """vLLM's causal_conv1d_update (no speculative decoding): x [B, D] or [B, D, T]; row
     conv_state_indices[b] (b when None), skipped when pad_slot_id; its first W-1 entries are

@@ -7,6 +7,7 @@ skipped, x is rounded to the state dtype first.  Outputs of padded sequences are
 (vLLM leaves them unwritten).  Tolerances are the project's.
 """
 import inspect
+import itertools
 
 import pytest
 import torch
@@ -15,7 +16,8 @@ import shortconv
 from shortconv import vllm
 
 from helpers import TOL, assert_close, rel
-from references import randn, require_arg, sample, vllm_fn_ref, vllm_update_ref
+from references import (conv_ref, randn, require_arg, sample, vllm_fn_apc_ref, vllm_fn_ref,
+                        vllm_update_ref)
 
 PAD = vllm.PAD_SLOT_ID
 
@@ -200,43 +202,184 @@ def test_update_speculative_one_token_one_accepted_is_the_plain_update(device):
 
 def test_update_speculative_bad_counts_are_errors(device):
     x, pool, w, b = _decode_case(device, T=2, S=5)
+    rows = torch.tensor([0, 1, 2, 3], device=device)
+    before = pool.clone()
     with pytest.raises(ValueError, match="num_accepted_tokens"):
-        vllm.causal_conv1d_update(x, pool, w, b, True, torch.tensor([0, 1, 2, 3], device=device),
+        vllm.causal_conv1d_update(x, pool, w, b, True, rows,
                                   num_accepted_tokens=torch.ones(3, dtype=torch.int32, device=device))
     with pytest.raises(ValueError, match="conv_state"):  # rows too short for 2 tokens, W = 4: E = 4
-        vllm.causal_conv1d_update(x, pool.narrow(2, 0, 3), w, b, True,
-                                  torch.tensor([0, 1, 2, 3], device=device),
+        vllm.causal_conv1d_update(x, pool.narrow(2, 0, 3), w, b, True, rows,
                                   num_accepted_tokens=torch.ones(4, dtype=torch.int32, device=device))
-    if device == "cpu":  # a count of 0 reads before the row: an error (asynchronous on the GPU)
-        with pytest.raises(RuntimeError):
-            vllm.causal_conv1d_update(x, pool, w, b, True, torch.tensor([0, 1, 2, 3]),
-                                      num_accepted_tokens=torch.tensor([1, 0, 1, 1], dtype=torch.int32))
+    if device == "cpu":  # contents: checked on the host (device tensors are clamped, section 7)
+        for bad in ([1, 0, 1, 1], [1, 1, 4, 1]):  # 0, and past the row (> S - (W-1) + 1 = 3)
+            n = next(i for i, v in enumerate(bad) if v != 1)
+            with pytest.raises(ValueError, match=r"num_accepted_tokens\[%d\]" % n):
+                vllm.causal_conv1d_update(x, pool, w, b, True, rows,
+                                          num_accepted_tokens=torch.tensor(bad, dtype=torch.int32))
+    assert torch.equal(pool, before)  # nothing written
 
 
-@pytest.mark.parametrize("name,value", [
-    ("retrieve_parent_token", torch.zeros(4, 2, dtype=torch.int32)),
-    ("block_idx_last_scheduled_token", torch.zeros(4, dtype=torch.int32)),
-    ("initial_state_idx", torch.zeros(4, dtype=torch.int32))])
-def test_update_unsupported_arguments_are_named(name, value, device):
+@pytest.mark.parametrize("given,missing", [("block_idx_last_scheduled_token", "initial_state_idx"),
+                                           ("initial_state_idx", "block_idx_last_scheduled_token")])
+def test_update_prefix_caching_given_partially_is_named(given, missing, device):
     x, pool, w, b = _decode_case(device)
     before = pool.clone()
-    with pytest.raises(NotImplementedError, match=name):
+    with pytest.raises(ValueError, match=missing):
         vllm.causal_conv1d_update(x, pool, w, b, True, torch.tensor([0, 1, 2, 3], device=device),
-                                  **{name: value.to(device)})
+                                  **{given: torch.zeros(4, dtype=torch.int32, device=device)})
     assert torch.equal(pool, before)
 
 
-@pytest.mark.parametrize("name", ["block_idx_first_scheduled_token",
-                                  "block_idx_last_scheduled_token", "initial_state_idx",
-                                  "num_computed_tokens"])
-def test_fn_prefix_caching_arguments_are_named(name, device):
-    x, pool, w, b = torch.randn(16, 10, device=device), torch.randn(4, 16, 3, device=device), \
-        torch.randn(16, 4, device=device), None
+def _apc_batch(lengths, computed, B, M, device, gen, has=None):
+    """A packed chunk per sequence at absolute positions computed[n] with vLLM's block indices
+    (the blocks of the last computed, first and last scheduled tokens), each sequence's blocks
+    in distinct rows of a pool of sum(M) + 3 rows, (dim, tokens) x of 16 channels."""
+    N, W = len(lengths), 4
+    qsl = torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32)
+    rows = torch.randperm(N * M + 3, generator=gen)[:N * M].view(N, M).int()
+    c = torch.tensor(computed, dtype=torch.int32)
+    L = torch.tensor(lengths, dtype=torch.int32)
+    init = torch.clamp((c + B - 1) // B - 1, min=0).int()
+    first = (c // B).int()
+    last = torch.clamp((c + L + B - 1) // B - 1, min=0).int()
+    x = randn(16, int(qsl[-1]), device=device, gen=gen)
+    pool = randn(N * M + 3, 16, W - 1, device=device, gen=gen)
+    w, b = randn(16, W, device=device, gen=gen), randn(16, device=device, gen=gen)
+    has = torch.tensor([v > 0 for v in computed]) if has is None else has
+    return x, pool, w, b, qsl, rows, has, first, last, init, c
+
+
+# chunks shorter than a block, inside one block, crossing 1-3 boundaries, starting or ending
+# at a boundary; block sizes 1, 3, 8
+@pytest.mark.parametrize("B,lengths,computed", [
+    (8, [5, 16, 3, 20], [0, 8, 13, 4]),
+    (8, [8, 1, 9, 24], [8, 15, 0, 16]),
+    (3, [7, 2, 6, 1], [1, 2, 0, 9]),
+    (1, [4, 3], [0, 5])])
+def test_fn_prefix_caching_matches_vllm(B, lengths, computed, device):
+    gen = torch.Generator().manual_seed(B * 100 + len(lengths))
+    M = max((c + L) // B + 2 for c, L in zip(computed, lengths))
+    x, pool, w, b, qsl, rows, has, first, last, init, c = _apc_batch(lengths, computed, B, M,
+                                                                      device, gen)
+    expected = pool.cpu().clone()
+    out_ref = vllm_fn_apc_ref(x.cpu(), w.cpu(), b.cpu(), expected, qsl, rows, has, "silu", first,
+                              last, init, c, B)
+    out = vllm.causal_conv1d_fn(x, w, b, pool, qsl.to(device), rows.to(device),
+                                has.to(device), "silu", block_idx_first_scheduled_token=first.to(device),
+                                block_idx_last_scheduled_token=last.to(device),
+                                initial_state_idx=init.to(device),
+                                num_computed_tokens=c.to(device), block_size_to_align=B)
+    assert_close(out, out_ref, torch.float32, what="out")
+    assert torch.equal(pool.cpu(), expected)  # every snapshot and final row, nothing else
+
+
+def test_fn_prefix_cached_restart_equals_the_whole_prefill(device):
+    """Prefill 40 tokens with snapshots every 8, then restart at every snapshot: the outputs
+    from there and every later row equal the whole prefill's, bitwise."""
+    gen = torch.Generator().manual_seed(7)
+    B, T, W = 8, 40, 4
+    x = randn(16, T, device=device, gen=gen)
+    w, b = randn(16, W, device=device, gen=gen), randn(16, device=device, gen=gen)
+    rows = torch.arange(T // B + 1, dtype=torch.int32).view(1, -1).to(device)
+    i32 = lambda *v: torch.tensor(v, dtype=torch.int32, device=device)  # noqa: E731
+    pool = torch.zeros(T // B + 1, 16, W - 1, device=device)
+    whole = vllm.causal_conv1d_fn(x, w, b, pool, i32(0, T), rows, torch.zeros(1, dtype=torch.bool,
+                                  device=device), "silu", block_idx_first_scheduled_token=i32(0),
+                                  block_idx_last_scheduled_token=i32((T - 1) // B),
+                                  initial_state_idx=i32(0), num_computed_tokens=i32(0),
+                                  block_size_to_align=B)
+    for m in range(1, T // B):
+        again = pool.clone()
+        out = vllm.causal_conv1d_fn(x[:, m * B:], w, b, again, i32(0, T - m * B), rows,
+                                    torch.ones(1, dtype=torch.bool, device=device), "silu",
+                                    block_idx_first_scheduled_token=i32(m),
+                                    block_idx_last_scheduled_token=i32((T - 1) // B),
+                                    initial_state_idx=i32(m - 1), num_computed_tokens=i32(m * B),
+                                    block_size_to_align=B)
+        assert torch.equal(out, whole[:, m * B:]), m
+        assert torch.equal(again, pool), m
+
+
+def test_update_prefix_caching_reads_and_writes_table_rows(device):
+    """vLLM's update with prefix caching: conv_state_indices is the block table, the state comes
+    from its initial_state_idx block and goes to its block_idx_last_scheduled_token block."""
+    gen = torch.Generator().manual_seed(8)
+    N, M, D, W = 3, 4, 16, 4
+    x = randn(N, D, device=device, gen=gen)
+    pool, w = randn(N * M, D, W - 1, device=device, gen=gen), randn(D, W, device=device, gen=gen)
+    table = torch.randperm(N * M, generator=gen).view(N, M).int()
+    init, last = torch.tensor([0, 2, 1], dtype=torch.int32), torch.tensor([1, 2, 3], dtype=torch.int32)
+    expected = pool.cpu().clone()
+    rows_in = table[torch.arange(N), init.long()]
+    rows_out = table[torch.arange(N), last.long()]
+    out_ref = torch.zeros(N, D, dtype=torch.float64)
+    for n in range(N):
+        u = torch.cat([expected[rows_in[n]].double(), x[n].cpu().double()[:, None]], 1)
+        out_ref[n] = conv_ref(u[None], w.cpu(), None, "silu", 1)[0, :, 0]
+        expected[rows_out[n]] = u[:, 1:].to(pool.dtype)
+    out = vllm.causal_conv1d_update(x, pool, w, None, True, table.to(device),
+                                    block_idx_last_scheduled_token=last.to(device),
+                                    initial_state_idx=init.to(device))
+    assert_close(out, out_ref, torch.float32, what="out")
+    assert torch.equal(pool.cpu(), expected)
+
+
+@pytest.mark.parametrize("missing", ["block_idx_first_scheduled_token",
+                                     "block_idx_last_scheduled_token", "initial_state_idx",
+                                     "num_computed_tokens"])
+def test_fn_prefix_caching_arguments_given_partially_are_named(missing, device):
+    gen = torch.Generator().manual_seed(9)
+    x, pool, w, b, qsl, rows, has, first, last, init, c = _apc_batch([5, 9], [3, 8], 4, 6,
+                                                                      device, gen)
+    kw = dict(block_idx_first_scheduled_token=first, block_idx_last_scheduled_token=last,
+              initial_state_idx=init, num_computed_tokens=c)
+    kw = {k: v.to(device) for k, v in kw.items() if k != missing}
     before = pool.clone()
-    with pytest.raises(NotImplementedError, match=name):
-        vllm.causal_conv1d_fn(x, w, b, pool, torch.tensor([0, 4, 10], dtype=torch.int32,
-                                                          device=device),
-                              **{name: torch.zeros(2, dtype=torch.int32, device=device)})
+    with pytest.raises(ValueError, match=missing):
+        vllm.causal_conv1d_fn(x, w, b, pool, qsl.to(device), rows.to(device), has.to(device),
+                              "silu", block_size_to_align=4, **kw)
+    assert torch.equal(pool, before)
+
+
+@pytest.mark.parametrize("defect,name", [("table", "block_idx_first_scheduled_token"),
+                                         ("last", "block_idx_last_scheduled_token"),
+                                         ("init", "initial_state_idx"),
+                                         ("computed", "num_computed_tokens"),
+                                         ("twice", "cache_indices"),
+                                         ("block", "block_size_to_align")])
+def test_fn_prefix_caching_bad_input_is_named_and_writes_nothing(defect, name, device):
+    """Block indices past the table, a row written twice, a negative computed count, a block
+    size of 0: a clear error naming vLLM's argument, the pool unchanged (host contents: CPU)."""
+    if device != "cpu" and defect not in ("block",):
+        pytest.skip("index contents are checked on host backends (the CUDA backend clamps)")
+    gen = torch.Generator().manual_seed(10)
+    x, pool, w, b, qsl, rows, has, first, last, init, c = _apc_batch([5, 9], [3, 8], 4, 6,
+                                                                      device, gen)
+    B = 4
+    if defect == "table":
+        first = first.clone()
+        first[1] = 6  # past the table of 6 blocks
+    elif defect == "last":
+        last = last.clone()
+        last[0] = -1
+    elif defect == "init":
+        init = init.clone()
+        init[1] = 6
+    elif defect == "computed":
+        c = c.clone()
+        c[0] = -1
+    elif defect == "twice":
+        rows = rows.clone()
+        rows[1, int(last[1])] = rows[0, int(last[0])]
+    else:
+        B = 0
+    before = pool.clone()
+    with pytest.raises(ValueError, match=name):
+        vllm.causal_conv1d_fn(x, w, b, pool, qsl.to(device), rows.to(device), has.to(device),
+                              "silu", block_idx_first_scheduled_token=first.to(device),
+                              block_idx_last_scheduled_token=last.to(device),
+                              initial_state_idx=init.to(device), num_computed_tokens=c.to(device),
+                              block_size_to_align=B)
     assert torch.equal(pool, before)
 
 

@@ -1,0 +1,139 @@
+"""The decode section of ``python -m shortconv.bench`` (``--decode``): one decode step of a
+serving engine through ``shortconv.causal_conv1d_update`` on a state pool.
+
+Each case: bf16, W = 4, SiLU, bias, a pool of 1024 rows updated in place, ``batch``
+sequences in distinct rows of which every eighth slot is padded (-1), 1 token per sequence
+(rows of W-1 entries) or 1+3 speculative tokens (rows of (W-1) + 3 entries, accepted counts
+1..4 as a device tensor), the pool stored [P, D, S] ("rows") or channel-contiguous like
+vLLM's pools ([P, S, D] storage, "vllm").
+
+Reported per case, all measured in the same run:
+- eager: back-to-back eager calls / n (a host-bound call shows its host path);
+- torch_op: the same for one native elementwise op on the step's x (``torch.mul(x, x)``),
+  the yardstick of the eager host path (ratio = eager / torch_op);
+- GPU (CUDA only): GPU time per step from a CUDA graph of 100 steps (median replay / 100),
+  the floor (bytes of x, y and the state entries read and written over the copy bandwidth
+  of this run) and the fraction of it, and an "empty" kernel's GPU time from a graph of 100
+  launches of the smallest kernel torch launches (a one-element ``add_``), with the ratio.
+"""
+
+import statistics
+import time
+
+import torch
+
+import shortconv
+
+W, POOL, PAD_EVERY, GRAPH_CALLS = 4, 1024, 8, 100
+
+
+def default_cases():
+    return [(layout, D, T, batch) for layout in ("vllm", "rows") for D in (4096, 8192)
+            for T in (1, 4) for batch in (1, 8, 64, 256)]
+
+
+def make_step(layout, D, T, batch, dtype, device, seed=0):
+    g = torch.Generator(device=device).manual_seed(seed)
+    S = W - 1 if T == 1 else W - 2 + T
+    if layout == "vllm":
+        pool = torch.randn(POOL, S, D, generator=g, dtype=dtype, device=device).transpose(1, 2)
+    else:
+        pool = torch.randn(POOL, D, S, generator=g, dtype=dtype, device=device)
+    rows = torch.randperm(POOL, generator=torch.Generator().manual_seed(batch * 131 + D))[:batch]
+    rows[PAD_EVERY - 1::PAD_EVERY] = -1
+    x = torch.randn(batch, T, D, generator=g, dtype=dtype, device=device)
+    kw = dict(weight=torch.randn(D, W, generator=g, dtype=dtype, device=device),
+              bias=torch.randn(D, generator=g, dtype=dtype, device=device), activation="silu",
+              cache_indices=rows.to(device=device, dtype=torch.int32))
+    if T > 1:
+        kw["num_accepted"] = (torch.arange(batch, dtype=torch.int32) % T + 1).to(device)
+    real = batch - batch // PAD_EVERY
+    es = x.element_size()
+    read, written = (S, S) if T == 1 else (W - 1, W - 2 + T)
+    floor_bytes = 2 * x.numel() * es + real * D * es * (read + written)
+    return x, pool, kw, floor_bytes
+
+
+def per_call_us(fn, device, budget):
+    """Median over rounds of back-to-back calls / n, synchronised at both ends."""
+    def rounds(n):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+    rounds(20)
+    n = max(20, int(0.02 / max(rounds(20) / 20, 1e-7)))
+    times, spent = [], 0.0
+    while spent < budget or len(times) < 3:
+        dt = rounds(n)
+        spent += dt
+        times.append(dt / n * 1e6)
+    return statistics.median(times)
+
+
+def graph_us(fn, reps=20):
+    """GPU time per call: GRAPH_CALLS calls captured into one CUDA graph, median replay."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(GRAPH_CALLS):
+            fn()
+    g.replay()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t = []
+    for _ in range(reps):
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        t.append(e0.elapsed_time(e1) * 1e3 / GRAPH_CALLS)
+    return statistics.median(t)
+
+
+def run(device, budget, copy_GBps, dtype=torch.bfloat16, cases=None, out=print):
+    """Benchmarks every case; returns a list of result dicts (and prints a table via out)."""
+    results = []
+    empty = {}
+    if device == "cuda":
+        tiny = torch.zeros(1, device=device)
+        empty = dict(empty_us=graph_us(lambda: tiny.add_(0)),
+                     empty_call_us=per_call_us(lambda: tiny.add_(0), device, budget))
+    if out:
+        out("decode steps: W=%d SiLU bias, pool of %d rows in place, every %dth slot padded; "
+            "eager = back-to-back calls, torch_op = torch.mul(x, x) on the step's x%s"
+            % (W, POOL, PAD_EVERY, "; GPU us from a CUDA graph of %d steps, empty kernel "
+               "%.2f us" % (GRAPH_CALLS, empty["empty_us"]) if empty else ""))
+        out("%-5s %5s %2s %5s | %9s %9s %6s | %8s %8s %5s %7s" % (
+            "rows", "D", "T", "batch", "eager us", "torch op", "ratio", "GPU us", "floor us",
+            "frac", "/empty"))
+    for layout, D, T, batch in cases or default_cases():
+        x, pool, kw, nbytes = make_step(layout, D, T, batch, dtype, device)
+        step = lambda: shortconv.causal_conv1d_update(x, pool, **kw)  # noqa: E731
+        r = dict(rows=layout, D=D, T=T, batch=batch, bytes=nbytes,
+                 eager_us=per_call_us(step, device, budget),
+                 torch_op_us=per_call_us(lambda: torch.mul(x, x), device, budget))
+        r["eager_per_torch_op"] = r["eager_us"] / r["torch_op_us"]
+        if device == "cuda":
+            r["gpu_us"] = graph_us(step)
+            r["floor_us"] = nbytes / (copy_GBps * 1e3)
+            r["frac"] = r["floor_us"] / r["gpu_us"]
+            r["per_empty"] = r["gpu_us"] / empty["empty_us"]
+        r.update(empty)
+        results.append(r)
+        if out:
+            gpu = ("%8.2f %8.2f %5.2f %7.2f" % (r["gpu_us"], r["floor_us"], r["frac"],
+                                                r["per_empty"]) if device == "cuda"
+                   else "%8s %8s %5s %7s" % ("-", "-", "-", "-"))
+            out("%-5s %5d %2d %5d | %9.1f %9.1f %6.2f | %s" % (
+                layout, D, T, batch, r["eager_us"], r["torch_op_us"], r["eager_per_torch_op"],
+                gpu))
+    return results

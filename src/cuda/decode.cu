@@ -1,0 +1,320 @@
+// CUDA decode kernel: one launch per decode step (Path::decode).
+//
+// Math (docs/semantics.md §1 and §5), per sequence n of L_n tokens (a few) and
+// channel d.  The extended sequence has s entries before x_n: s = S for
+// u_n = h0_n ++ x_n, or s = W-1 with num_accepted (the W-1 row entries from
+// a_n - 1, then x_n).  Then
+//   pre[t] = bias + sum_{k<W} weight[k] * u[q_t(k)],   y[t] = act(pre[t]) + residual[t]
+// with q_t(k) = s - (W-1) + t + k, or with parent_tokens the chain of parents
+// of t, oldest first; and the row: ht[j] = u[s + L_n - E + j] for j < E (E = S,
+// entry j at its ring slot; speculative: E = (W-2) + L_n from the row's start).
+//
+// Ownership: a thread owns CH consecutive channels of one sequence; block
+// (blockIdx.x = sequence, blockIdx.y = group of kThreads * CH channels).  It
+// reads its W-1 window entries into registers, computes the tokens in order
+// (the window slides; a tree re-reads its ancestors' x, L1 hits), then
+// rewrites the row itself, entries ascending: entry j is written after the
+// entry it copies (index >= j) was read and after the window was read, so the
+// in-place pool update needs no second kernel and no barrier (every element
+// has one owner thread).
+//
+// State rows (StateIo, chosen by the planner from strides, dtype, alignment):
+// scalar (any strides and dtypes, ring rows; copies through double, exact),
+// channel_vec (vLLM's pools, stride(D) = 1: one CH-channel vector per entry)
+// and row_vec ([P, D, S] contiguous rows: the thread's CH x S block is S
+// 16-byte vectors, staged in its own slice of shared memory, no barrier).
+//
+// Grid: N x ceil(D / (kThreads * CH)) blocks of DecodeTraits::kThreads threads;
+// no workspace, no host synchronisation.  Row indices, flags, accepted counts
+// and parents are read on the device and clamped (semantics §7), so a
+// captured graph replays with new values, and nothing depends on the pool size.
+#include "cuda/activation.cuh"
+#include "cuda/common.cuh"
+#include "cuda/dispatch.cuh"
+#include "cuda/traits.hpp"
+
+namespace shortconv::cuda {
+
+namespace {
+
+// The thread's access to state rows: CH channels d0 .. d0+CH of one sequence.
+template <class T, int CH>
+struct Rows {
+  using A = acc_t<T>;
+  using P = Pack<T, CH>;
+  const Args& a;
+  StateIo io;
+  int64_t d0;
+  int64_t ring;  // the sequence's ring offset (scalar rows only; 0 otherwise)
+  T* stage;      // row_vec: this thread's [CH][S] block in shared memory
+
+  __device__ int64_t slot(int64_t j) const {
+    const int64_t v = ring + j;
+    return v >= a.S ? v - a.S : v;
+  }
+  __device__ const T* vec_at(const DTensor& t, int64_t r, int64_t j) const {  // channel_vec
+    return static_cast<const T*>(t.p) + r * t.s0 + d0 + j * t.s2;
+  }
+  // row_vec: row r of h0 into the stage (zeros for r < 0).
+  __device__ void stage_in(int64_t r) {
+    uint4* dst = reinterpret_cast<uint4*>(stage);
+    const uint4* src =
+        r >= 0 ? reinterpret_cast<const uint4*>(static_cast<const T*>(a.h0.p) + r * a.h0.s0 + d0 * a.S)
+               : nullptr;
+    for (int k = 0; k < a.S; ++k) dst[k] = src ? src[k] : make_uint4(0u, 0u, 0u, 0u);
+  }
+  // Entry j of initial-state row r (zeros for r < 0), as accumulators.
+  __device__ void entry(int64_t r, int64_t j, A (&v)[CH]) const {
+    if (io == StateIo::row_vec) {
+#pragma unroll
+      for (int c = 0; c < CH; ++c) v[c] = to_f(stage[c * a.S + j]);
+      return;
+    }
+    if (r < 0) {
+#pragma unroll
+      for (int c = 0; c < CH; ++c) v[c] = A(0);
+    } else if (io == StateIo::channel_vec) {
+      const P pk = ldp<T, CH>(vec_at(a.h0, r, j));
+#pragma unroll
+      for (int c = 0; c < CH; ++c) v[c] = pk.get(c);
+    } else {
+#pragma unroll
+      for (int c = 0; c < CH; ++c)
+        v[c] = ld<A>(a.h0.p, a.h0.dt, r * a.h0.s0 + (d0 + c) * a.h0.s1 + slot(j) * a.h0.s2);
+    }
+  }
+};
+
+// Parent of token t >= 1 of sequence n: parent_tokens[n, t] when it lies in
+// [0, t) and t < M, else t - 1 (device-resident contents are clamped, §7).
+__device__ __forceinline__ int64_t parent_of(const Args& a, int64_t n, int64_t t) {
+  if (t >= a.parent_cols) return t - 1;
+  const int64_t o = n * a.parents.s0 + t * a.parents.s1;
+  const int64_t p = a.parents.dt == SC_I32 ? int64_t(static_cast<const int32_t*>(a.parents.p)[o])
+                                           : static_cast<const int64_t*>(a.parents.p)[o];
+  return p >= 0 && p < t ? p : t - 1;
+}
+
+// One sequence of the step for the CH channels of this thread.
+template <class T, int WMAX, int CH>
+struct DecodeSeq {
+  using A = acc_t<T>;
+  using P = Pack<T, CH>;
+  using M = MathOf<T>;
+  static constexpr int H = WMAX - 1;  // window registers: sl[i] = u[s - H + i]
+
+  const Args& a;
+  const A (&wp)[WMAX][CH];
+  const A (&bs)[CH];
+  int kpad;  // taps below kpad = WMAX - W are padding, never multiplied
+  RuntimeAct<M> act;
+  int64_t n, d0;
+  Seq q;
+  int64_t s;  // entries of the extended sequence before x_n
+  const T* xp;  // x at (row q.b, token q.s, channel d0); token t at xp + t * sx
+  int64_t sx;
+
+  __device__ P x_at(int64_t t) const { return ldp<T, CH>(xp + t * sx); }
+
+  // y of token t from the accumulators, with the residual.
+  __device__ void out(int64_t t, A (&acc)[CH]) const {
+    if (!a.y.p) return;
+    const int64_t tok = q.s + t;
+    A o[CH];
+    P rv = P::zero();
+    if (a.residual.p)
+      rv = ldp<T, CH>(static_cast<const T*>(a.residual.p) + q.b * a.residual.s0 + tok * a.residual.s1 +
+                      d0 * a.residual.s2);
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      o[c] = act.value(acc[c]);
+      if (a.residual.p) o[c] += rv.get(c);
+    }
+    stp<T, CH>(static_cast<T*>(a.y.p) + q.b * a.y.s0 + tok * a.y.s1 + d0 * a.y.s2, P::make(o));
+  }
+
+  // The linear step: the window slides over the tokens (fwd_tm's arithmetic).
+  __device__ void linear(A (&sl)[H][CH]) const {
+    for (int64_t t = 0; t < q.L; ++t) {
+      const P xv = x_at(t);
+      A acc[CH];
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+        const A cur = xv.get(c);
+        acc[c] = bs[c];  // bias, then taps oldest -> newest: the order of every path
+#pragma unroll
+        for (int k = 0; k < H; ++k)
+          if (k >= kpad) acc[c] = fma(wp[k][c], sl[k][c], acc[c]);
+        acc[c] = fma(wp[H][c], cur, acc[c]);
+#pragma unroll
+        for (int i = 0; i + 1 < H; ++i) sl[i][c] = sl[i + 1][c];
+        sl[H - 1][c] = cur;
+      }
+      out(t, acc);
+    }
+  }
+
+  // Tree drafts: token t reads its chain of parents, then the window from its
+  // newest entry backwards (positions below s are window registers).
+  __device__ void tree(const A (&sl)[H][CH]) const {
+    for (int64_t t = 0; t < q.L; ++t) {
+      int64_t qpos[WMAX];
+      int64_t pos = s + t;
+#pragma unroll
+      for (int k = H; k >= 0; --k) {
+        qpos[k] = pos;
+        if (k > kpad) pos = pos - s >= 1 ? s + parent_of(a, n, pos - s) : pos - 1;
+      }
+      A acc[CH];
+#pragma unroll
+      for (int c = 0; c < CH; ++c) acc[c] = bs[c];
+#pragma unroll
+      for (int k = 0; k <= H; ++k) {
+        if (k < kpad) continue;
+        A u[CH];
+        if (qpos[k] >= s) {
+          const P v = x_at(qpos[k] - s);
+#pragma unroll
+          for (int c = 0; c < CH; ++c) u[c] = v.get(c);
+        } else {  // window register qpos - (s - H), selected without a dynamic index
+#pragma unroll
+          for (int c = 0; c < CH; ++c) u[c] = A(0);
+#pragma unroll
+          for (int i = 0; i < H; ++i)
+            if (qpos[k] == s - H + i) {
+#pragma unroll
+              for (int c = 0; c < CH; ++c) u[c] = sl[i][c];
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < CH; ++c) acc[c] = fma(wp[k][c], u[c], acc[c]);
+      }
+      out(t, acc);
+    }
+  }
+};
+
+// The row of sequence q: ht[j] = u[from + j] for j < E, entries ascending.
+// `base` is the h0 entry of u[0]; in / out the rows read and written.
+template <class T, int CH>
+__device__ void write_row(const Args& a, Rows<T, CH>& rows, const Seq& q, const T* xp, int64_t sx,
+                          int64_t s, int64_t base, int64_t in, int64_t out, int64_t E) {
+  using P = Pack<T, CH>;
+  const int64_t from = s + q.L - E, S = a.S;
+  const bool spec = a.accepted.p != nullptr;
+  if (rows.io == StateIo::row_vec) {  // in the stage, then S vectors (or the E entries) out
+    for (int64_t j = 0; j < E; ++j) {
+      const int64_t pos = from + j;
+      P xv = P::zero();
+      if (pos >= s) xv = ldp<T, CH>(xp + (pos - s) * sx);
+#pragma unroll
+      for (int c = 0; c < CH; ++c)
+        rows.stage[c * S + j] = pos < s ? rows.stage[c * S + base + pos] : to_t<T>(xv.get(c));
+    }
+    T* dst = static_cast<T*>(a.ht.p) + out * a.ht.s0 + rows.d0 * S;
+    if (E == S || out == in) {  // entries past E still hold the row's own values
+      const uint4* src = reinterpret_cast<const uint4*>(rows.stage);
+      for (int k = 0; k < S; ++k) reinterpret_cast<uint4*>(dst)[k] = src[k];
+    } else {
+      for (int c = 0; c < CH; ++c)
+        for (int64_t j = 0; j < E; ++j) dst[c * S + j] = rows.stage[c * S + j];
+    }
+    return;
+  }
+  for (int64_t j = 0; j < E; ++j) {
+    const int64_t pos = from + j;
+    if (rows.io == StateIo::channel_vec) {  // raw copies (state dtype = x's)
+      P v = P::zero();
+      if (pos >= s) v = ldp<T, CH>(xp + (pos - s) * sx);
+      else if (in >= 0) v = ldp<T, CH>(rows.vec_at(a.h0, in, base + pos));
+      stp<T, CH>(const_cast<T*>(rows.vec_at(a.ht, out, j)), v);
+      continue;
+    }
+    // final-state entry j: slot j, or on a ring the slot of entry L + j, (c + L + j) mod S
+    const int64_t dst_slot = spec || !a.ring.p ? j : (rows.ring + q.L % S + j) % S;
+    for (int c = 0; c < CH; ++c) {  // through double: every copy exact, rounded once
+      double v = 0.0;
+      if (pos >= s) v = double(to_f(xp[(pos - s) * sx + c]));
+      else if (in >= 0)
+        v = ld<double>(a.h0.p, a.h0.dt,
+                       in * a.h0.s0 + (rows.d0 + c) * a.h0.s1 + rows.slot(base + pos) * a.h0.s2);
+      st<double>(a.ht.p, a.ht.dt, out * a.ht.s0 + (rows.d0 + c) * a.ht.s1 + dst_slot * a.ht.s2, v);
+    }
+  }
+}
+
+template <class T, int WMAX, int CH>
+__global__ void __launch_bounds__(DecodeTraits::kThreads, DecodeTraits::kMinBlocksPerSm)
+    fwd_decode(const Args a) {
+  using A = acc_t<T>;
+  constexpr int H = WMAX - 1;
+  static_assert(WMAX >= 2, "window of at least one past input");
+  extern __shared__ uint4 decode_stage[];
+  const int64_t n = blockIdx.x;
+  const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
+  if (n >= a.N || d0 >= a.D) return;
+  const int W = a.W, kpad = WMAX - W;
+  const RuntimeAct<MathOf<T>> act{a.act};
+  const A scale = A(act.scale());  // exact: 1, or 0.5 for a tanh form (core/activation.hpp)
+  A wp[WMAX][CH], bs[CH];
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    const int64_t d = d0 + c;
+#pragma unroll
+    for (int j = 0; j < WMAX; ++j)
+      wp[j][c] = j >= kpad ? scale * ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (j - kpad) * a.weight.s1)
+                           : A(0);
+    bs[c] = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+  }
+  const Seq q = seq_of(a, n);
+  const int64_t in = h0_row_of(a, n), out = ht_row_of(a, n);
+  const bool spec = a.accepted.p != nullptr;
+  const int64_t s = spec ? W - 1 : a.S;
+  int64_t base = 0;  // the h0 entry of u[0]: a_n - 1, clamped so the window lies in the row
+  if (spec && in >= 0) {
+    const int64_t v = ld_index(a.accepted, n), hi = a.S - (W - 1) + 1;
+    base = (v < 1 ? 1 : v > hi ? hi : v) - 1;
+  }
+  Rows<T, CH> rows{a, StateIo(a.state_io), d0, a.ring.p ? q.c : 0,
+                   reinterpret_cast<T*>(decode_stage + int64_t(threadIdx.x) * a.S)};
+  if (rows.io == StateIo::row_vec) rows.stage_in(in);
+  A sl[H][CH];  // sl[i] = u[s - H + i]: the window, padded at the front
+#pragma unroll
+  for (int i = 0; i < H; ++i) {
+    if (i >= kpad) {
+      rows.entry(in, base + s - H + i, sl[i]);
+    } else {
+#pragma unroll
+      for (int c = 0; c < CH; ++c) sl[i][c] = A(0);
+    }
+  }
+  const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * a.x.s1 + d0 * a.x.s2;
+  const DecodeSeq<T, WMAX, CH> seq{a, wp, bs, kpad, act, n, d0, q, s, xp, a.x.s1};
+  if (a.parents.p) seq.tree(sl);  // (the tree keeps the window, the linear step slides it)
+  else seq.linear(sl);
+  if (out < 0) return;
+  int64_t E = a.S;  // entries written: S, or (W-2) + L_n from the row's start (speculative)
+  if (spec) E = q.L > 0 ? (W - 2 + q.L < a.S ? W - 2 + q.L : a.S) : 0;
+  write_row<T, CH>(a, rows, q, xp, a.x.s1, s, base, in, out, E);
+}
+
+}  // namespace
+
+// The decode step's kernel for the plan (Path::decode): the vector instance
+// (W <= kVecWmax, 16-byte x vectors) or the scalar one (any strides, fp64, W <= 16).
+cudaError_t launch_decode(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
+  if (p.N == 0 || p.D == 0 || (!p.y && !p.ht)) return cudaSuccess;
+  return with_act_type(p.act_dtype, [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    constexpr int kVecCh = 16 / int(sizeof(T));
+    if constexpr (!std::is_same_v<T, double>) {
+      if (pl.ch == kVecCh && pl.wmax == DecodeTraits::kVecWmax)
+        return l->main("fwd_decode(vector)", fwd_decode<T, DecodeTraits::kVecWmax, kVecCh>, pl, a);
+    }
+    if (pl.ch == 1 && pl.wmax == DecodeTraits::kScalarWmax)
+      return l->main("fwd_decode(scalar)", fwd_decode<T, DecodeTraits::kScalarWmax, 1>, pl, a);
+    return l->no_instance("decode");
+  });
+}
+
+}  // namespace shortconv::cuda

@@ -1,0 +1,396 @@
+// Serving steps (docs/semantics.md section 5: speculative decoding, tree
+// drafts) on every backend, checked against the oracle and by paths that must
+// agree with each other, bitwise on one backend:
+//  - a tree whose parents are the chain t-1 is the linear step;
+//  - a star (every draft a child of token 0): draft t is the second token of
+//    the two-token step [x_0, x_t];
+//  - one token and one accepted token on rows of W-1 entries is the plain
+//    decode step;
+//  - speculative steps with random acceptance == replaying only the accepted
+//    tokens one at a time (their outputs and the final state);
+//  - a prefill and then decode steps == one whole forward;
+//  - block tables == the index tensors they name; a prefix-cached restart from
+//    any block snapshot == the whole prefill;
+//  - the oracle at accepted counts 1 and K+1 (all accepted), pad slots
+//    anywhere, chains, stars and random trees, every forced time tile.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "backend_param.hpp"
+#include "harness/harness.hpp"
+#include "harness/sweep.hpp"
+
+namespace {
+
+using namespace shortconv::harness;
+
+class Serving : public BackendTest {};
+
+int64_t pick(std::mt19937_64& rng, int64_t lo, int64_t hi) {
+  return lo + int64_t(rng() % uint64_t(hi - lo + 1));
+}
+
+// Forward on the backend under test; fails the test on a run problem.
+Outputs forward(const Case& c, const Inputs& in, sc_backend b) {
+  Outputs o = run(c, in, b, kForward);
+  EXPECT_TRUE(o.ok()) << c.describe() << ": " << o.problems();
+  return o;
+}
+
+// A dense decode-like case: B sequences of T tokens, a pool of B+2 rows
+// (sequence n in row perm[n]) updated in place.
+Case step_case(std::mt19937_64& rng, int W, int S, int64_t B, int64_t T, int64_t D) {
+  Case c;
+  c.W = W;
+  c.S = S;
+  c.B = B;
+  c.T = T;
+  c.D = D;
+  c.act = rng() % 3 ? SC_ACT_SILU : SC_ACT_NONE;
+  c.act_dtype = c.param_dtype = c.state_dtype = rng() % 3 == 0 ? SC_BF16 : SC_F32;
+  c.bias = rng() % 2;
+  c.residual = rng() % 4 == 0;
+  c.h0 = c.ht = c.in_place = true;
+  c.pool = B + 2;
+  std::vector<int64_t> rows(size_t(c.pool));
+  std::iota(rows.begin(), rows.end(), 0);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  c.h0_index.assign(rows.begin(), rows.begin() + B);
+  c.ht_index = c.h0_index;
+  c.want_dx = c.want_dweight = c.want_dbias = c.want_dh0 = false;
+  c.seed = rng();
+  return c;
+}
+
+TEST_P(Serving, ChainTreesAreLinearDrafts) {
+  std::mt19937_64 rng(4001);
+  Space sp;
+  sp.serving = false;
+  sp.seq_ids = false;  // (serving steps take no seq_idx)
+  sp.W_max = 10;
+  int bad = 0;
+  for (int i = 0; i < 60 && bad < 5; ++i) {
+    Case c = random_case(rng, sp);
+    c.want_dx = c.want_dweight = c.want_dbias = c.want_dh0 = false;
+    Case ct = c;
+    int64_t M = 0;
+    for (int64_t n = 0; n < c.num_seqs(); ++n) M = std::max(M, c.seq_len(n));
+    ct.parent_cols = M + int64_t(rng() % 2);
+    for (int64_t n = 0; n < c.num_seqs(); ++n)
+      for (int64_t t = 0; t < ct.parent_cols; ++t) ct.parents.push_back(t - 1);
+    const Inputs in = make_inputs(c);
+    const Outputs lin = forward(c, in, GetParam()), tree = forward(ct, in, GetParam());
+    const bool same = bit_equal(lin.y, tree.y) && bit_equal(lin.ht, tree.ht);
+    EXPECT_TRUE(same) << ct.describe();
+    bad += !same;
+  }
+}
+
+TEST_P(Serving, StarDraftsAreTwoTokenSteps) {
+  std::mt19937_64 rng(4002);
+  for (int i = 0; i < 12; ++i) {
+    const int W = int(pick(rng, 2, 7));
+    const int64_t B = pick(rng, 1, 3), T = pick(rng, 2, 6), D = pick(rng, 1, 20);
+    Case c = step_case(rng, W, W - 1 + int(rng() % 2), B, T, D);
+    c.residual = false;
+    c.parent_cols = T;
+    for (int64_t n = 0; n < B; ++n)
+      for (int64_t t = 0; t < T; ++t) c.parents.push_back(t == 0 ? -1 : 0);
+    const Inputs in = make_inputs(c);
+    const Outputs star = forward(c, in, GetParam());
+    Case c2 = c;  // [x_0, x_t] from the same state, without parents
+    c2.T = 2;
+    c2.parents.clear();
+    c2.parent_cols = 0;
+    for (int64_t t = 1; t < T; ++t) {
+      Inputs in2 = make_inputs(c2);
+      in2.weight = in.weight;
+      in2.bias = in.bias;
+      in2.h0 = in.h0;
+      for (int64_t n = 0; n < B; ++n)
+        for (int64_t k = 0; k < 2; ++k)
+          for (int64_t d = 0; d < D; ++d)
+            in2.x[size_t((n * 2 + k) * D + d)] = in.x[size_t((n * T + (k ? t : 0)) * D + d)];
+      const Outputs two = forward(c2, in2, GetParam());
+      for (int64_t n = 0; n < B; ++n)
+        for (int64_t d = 0; d < D; ++d) {
+          const double a = star.y[size_t((n * T + t) * D + d)], b = two.y[size_t((n * 2 + 1) * D + d)];
+          ASSERT_TRUE(bit_equal({a}, {b})) << c.describe() << " draft " << t << ": " << a << " vs " << b;
+        }
+    }
+  }
+}
+
+TEST_P(Serving, OneAcceptedTokenIsThePlainStep) {
+  std::mt19937_64 rng(4003);
+  for (int i = 0; i < 20; ++i) {
+    const int W = int(pick(rng, 1, 9));
+    Case c = step_case(rng, W, W - 1, pick(rng, 1, 4), 1, pick(rng, 1, 24));
+    if (i % 3 == 0) {  // pad slots anywhere, reading and writing nothing
+      c.pad_index = c.pool + 3;
+      c.h0_index[size_t(i / 3) % c.h0_index.size()] = c.pad_index;
+      c.ht_index = c.h0_index;
+    }
+    Case cs = c;
+    for (int64_t n = 0; n < c.B; ++n) cs.accepted.push_back(c.h0_row(n) >= 0 ? 1 : 1000);
+    const Inputs in = make_inputs(c);
+    const Outputs plain = forward(c, in, GetParam()), spec = forward(cs, in, GetParam());
+    EXPECT_TRUE(bit_equal(plain.y, spec.y)) << cs.describe();
+    EXPECT_TRUE(bit_equal(plain.ht, spec.ht)) << cs.describe();
+  }
+}
+
+// Rows of (W-1) + (T-1) entries, T = K+1 tokens per step, acceptance drawn at
+// random (1 .. T, all accepted included): the outputs of accepted tokens and
+// the state after the last step equal the plain decode of the accepted tokens
+// one at a time on rows of W-1 entries.
+TEST_P(Serving, SpeculativeStepsEqualReplayingTheAcceptedTokens) {
+  std::mt19937_64 rng(4004);
+  for (int i = 0; i < 8; ++i) {
+    const int W = int(pick(rng, 2, 6));
+    const int64_t T = pick(rng, 1, 5), B = pick(rng, 1, 4), D = pick(rng, 1, 17);
+    const int S = W - 2 + int(T) + int(i % 2);  // vLLM's rows, and one entry longer
+    Case spec = step_case(rng, W, S, B, T, D);
+    Case plain = spec;
+    plain.S = W - 1;
+    plain.T = 1;
+    Inputs in_spec = make_inputs(spec);
+    Inputs in_plain = make_inputs(plain);
+    in_plain.weight = in_spec.weight;
+    in_plain.bias = in_spec.bias;
+    in_plain.residual.clear();
+    spec.residual = plain.residual = false;
+    in_spec.residual.clear();
+    // the plain state is the spec row's first W-1 entries (the window of a = 1)
+    for (int64_t r = 0; r < spec.pool; ++r)
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t j = 0; j < W - 1; ++j)
+          in_plain.h0[size_t((r * D + d) * (W - 1) + j)] = in_spec.h0[size_t((r * D + d) * S + j)];
+    std::vector<int64_t> accepted(size_t(B), 1);
+    for (int step = 0; step < 4; ++step) {
+      Case cs = spec;
+      cs.accepted = accepted;
+      cs.seed = rng();
+      Inputs is = in_spec;
+      is.x = make_inputs(cs).x;  // this step's drafts
+      const Outputs got = forward(cs, is, GetParam());
+      in_spec.h0 = got.ht;
+      for (int64_t n = 0; n < B; ++n)  // all accepted, one, or anything between
+        accepted[size_t(n)] = step % 3 == 0 ? T : step % 3 == 1 ? 1 : pick(rng, 1, T);
+      for (int64_t t = 0; t < T; ++t) {  // replay draft t of the sequences that accepted it
+        Case cp = plain;
+        for (int64_t n = 0; n < B; ++n)
+          if (t >= accepted[size_t(n)]) cp.h0_index[size_t(n)] = cp.ht_index[size_t(n)] = -1;
+        Inputs ip = in_plain;
+        ip.x.assign(size_t(B * D), 0.0);
+        for (int64_t n = 0; n < B; ++n)
+          for (int64_t d = 0; d < D; ++d) ip.x[size_t(n * D + d)] = is.x[size_t((n * T + t) * D + d)];
+        const Outputs ref = forward(cp, ip, GetParam());
+        in_plain.h0 = ref.ht;
+        for (int64_t n = 0; n < B; ++n) {
+          if (t >= accepted[size_t(n)]) continue;
+          for (int64_t d = 0; d < D; ++d)
+            ASSERT_TRUE(bit_equal({got.y[size_t((n * T + t) * D + d)]}, {ref.y[size_t(n * D + d)]}))
+                << cs.describe() << " step " << step << " sequence " << n << " draft " << t;
+        }
+      }
+    }
+    // the state: the window of the last acceptance equals the replayed state
+    for (int64_t n = 0; n < B; ++n) {
+      const int64_t r = spec.h0_index[size_t(n)], a = accepted[size_t(n)];
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t j = 0; j < W - 1; ++j)
+          ASSERT_TRUE(bit_equal({in_spec.h0[size_t((r * D + d) * S + a - 1 + j)]},
+                                {in_plain.h0[size_t((r * D + d) * (W - 1) + j)]}))
+              << spec.describe() << " sequence " << n << " entry " << j;
+    }
+  }
+}
+
+TEST_P(Serving, PrefillThenDecodeStepsIsOneWholeForward) {
+  std::mt19937_64 rng(4005);
+  for (int i = 0; i < 10; ++i) {
+    const int W = int(pick(rng, 1, 8));
+    const int S = W - 1 + int(rng() % 3);
+    const int64_t B = pick(rng, 1, 3), L = pick(rng, 0, 40), steps = pick(rng, 1, 5);
+    const int64_t D = i % 2 ? pick(rng, 1, 20) : 16 * pick(rng, 1, 3);
+    Case whole = step_case(rng, W, S, B, L + steps, D);
+    whole.residual = false;
+    const Inputs in = make_inputs(whole);
+    const Outputs ref = forward(whole, in, GetParam());
+    Inputs ic = in;  // the prefill of L tokens, then `steps` decode steps of one token, in place
+    std::vector<double> y(size_t(B * (L + steps) * D), 0.0);
+    for (int64_t k = -1; k < steps; ++k) {
+      Case c = whole;
+      c.T = k < 0 ? L : 1;
+      const int64_t t0 = k < 0 ? 0 : L + k;
+      ic.x.assign(size_t(B * c.T * D), 0.0);
+      for (int64_t n = 0; n < B; ++n)
+        for (int64_t t = 0; t < c.T; ++t)
+          for (int64_t d = 0; d < D; ++d)
+            ic.x[size_t((n * c.T + t) * D + d)] = in.x[size_t((n * (L + steps) + t0 + t) * D + d)];
+      const Outputs o = forward(c, ic, GetParam());
+      ic.h0 = o.ht;
+      for (int64_t n = 0; n < B; ++n)
+        for (int64_t t = 0; t < c.T; ++t)
+          for (int64_t d = 0; d < D; ++d)
+            y[size_t((n * (L + steps) + t0 + t) * D + d)] = o.y[size_t((n * c.T + t) * D + d)];
+    }
+    EXPECT_TRUE(bit_equal(y, ref.y)) << whole.describe() << " prefill " << L;
+    EXPECT_TRUE(bit_equal(ic.h0, ref.ht)) << whole.describe() << " prefill " << L;
+  }
+}
+
+// The oracle: speculative and tree steps over random cases (states, pools with
+// -1 and pad entries, flags, packed batches) at every forced time tile.
+TEST_P(Serving, MatchesTheOracleAtEveryTile) {
+  std::mt19937_64 rng(4006);
+  Space sp;
+  sp.W_max = 12;
+  int bad = 0, ran = 0;
+  for (int i = 0; i < 400 && bad < 5 && ran < 120; ++i) {
+    Case c = random_case(rng, sp);
+    if (!c.serving()) continue;
+    ++ran;
+    c.tile_t = 1 + ran % (c.W + 3);
+    const Inputs in = make_inputs(c);
+    const Outputs ref = run(c, in, SC_BACKEND_REF, kForward);
+    const Outputs got = run(c, in, GetParam(), kForward);
+    std::string why = compare(c, got, ref);
+    if (!ref.ok()) why += "oracle: " + ref.problems();
+    EXPECT_EQ(why, "") << c.describe();
+    bad += !why.empty();
+  }
+  EXPECT_GE(ran, 100);
+}
+
+// Accepted counts at both ends (1 and T: all accepted) with pad slots and -1
+// rows anywhere; counts of sequences that read no row are garbage.
+TEST_P(Serving, AcceptedCountsAtBothEndsAndPadSlots) {
+  std::mt19937_64 rng(4007);
+  for (int i = 0; i < 24; ++i) {
+    const int W = int(pick(rng, 2, 6));
+    const int64_t T = pick(rng, 1, 5), B = pick(rng, 2, 6);
+    Case c = step_case(rng, W, W - 2 + int(T), B, T, pick(rng, 1, 20));
+    c.pad_index = i % 2 ? -7 : c.pool + 1;
+    for (int64_t n = 0; n < B; ++n) {
+      if (rng() % 3 == 0) c.h0_index[size_t(n)] = c.ht_index[size_t(n)] = rng() % 2 ? -1 : c.pad_index;
+      c.accepted.push_back(c.h0_row(n) < 0 ? int64_t(rng() % 50) - 25 : (n + i) % 2 ? 1 : T);
+    }
+    if (i % 4 == 0) {  // with a tree
+      c.parent_cols = T;
+      for (int64_t n = 0; n < B; ++n)
+        for (int64_t t = 0; t < T; ++t) c.parents.push_back(t ? pick(rng, 0, t - 1) : -1);
+    }
+    const Inputs in = make_inputs(c);
+    const Outputs ref = run(c, in, SC_BACKEND_REF, kForward);
+    const Outputs got = run(c, in, GetParam(), kForward);
+    EXPECT_EQ(compare(c, got, ref), "") << c.describe();
+  }
+}
+
+// A block table is the index tensors it names: rows block_table[n, initial_block[n]]
+// and block_table[n, final_block[n]] (speculative and tree steps too), bitwise.
+TEST_P(Serving, BlockTablesAreTheIndicesTheyName) {
+  std::mt19937_64 rng(4008);
+  for (int i = 0; i < 20; ++i) {
+    const int W = int(pick(rng, 1, 6));
+    const int64_t T = pick(rng, 1, 5), B = pick(rng, 1, 4), M = pick(rng, 1, 4);
+    Case c = step_case(rng, W, W - 2 + int(T) + int(rng() % 2), B, T, pick(rng, 1, 20));
+    c.pool = B * M + 1;
+    std::vector<int64_t> rows(static_cast<size_t>(c.pool));
+    std::iota(rows.begin(), rows.end(), 0);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    Case ct = c;
+    ct.table_cols = M;
+    ct.block_table.assign(rows.begin(), rows.begin() + B * M);
+    for (int64_t n = 0; n < B; ++n) {
+      if (rng() % 5 == 0) ct.block_table[size_t(n * M + rng() % uint64_t(M))] = -1;
+      ct.initial_block.push_back(int64_t(rng() % uint64_t(M)));
+      ct.final_block.push_back(ct.initial_block.back());  // in place: its own row
+      c.h0_index[size_t(n)] = ct.block_table[size_t(n * M + ct.initial_block.back())];
+      c.ht_index[size_t(n)] = c.h0_index[size_t(n)];
+    }
+    if (i % 3 == 1)
+      for (int64_t n = 0; n < B; ++n) c.accepted.push_back(1 + int64_t(rng() % uint64_t(T)));
+    if (i % 3 == 2) {
+      c.parent_cols = T;
+      for (int64_t n = 0; n < B; ++n)
+        for (int64_t t = 0; t < T; ++t) c.parents.push_back(t ? int64_t(rng() % uint64_t(t)) : -1);
+    }
+    ct.accepted = c.accepted;
+    ct.parents = c.parents;
+    ct.parent_cols = c.parent_cols;
+    const Inputs in = make_inputs(c);
+    const Outputs a = forward(c, in, GetParam()), b = forward(ct, in, GetParam());
+    EXPECT_TRUE(bit_equal(a.y, b.y) && bit_equal(a.ht, b.ht)) << ct.describe();
+  }
+}
+
+// Prefix caching: a prefill of T tokens with a snapshot at every block boundary,
+// then a restart from each snapshot (the chunk starting at that boundary, from
+// the row of the block before it): its outputs, its final state and the later
+// snapshots equal the whole run's, bitwise.
+TEST_P(Serving, PrefixCachedRestartsEqualTheWholeRun) {
+  std::mt19937_64 rng(4009);
+  for (int i = 0; i < 8; ++i) {
+    const int W = int(pick(rng, 1, 6));
+    const int S = W - 1 + int(rng() % 3);
+    const int64_t Bk = pick(rng, 1, 5), N = pick(rng, 1, 3), D = pick(rng, 1, 20);
+    const int64_t T = pick(rng, Bk + 1, 5 * Bk + 3), M = T / Bk + 2;
+    Case whole = step_case(rng, W, S, N, T, D);
+    whole.h0 = whole.in_place = false;  // a fresh prefill: no initial state
+    whole.residual = false;
+    whole.pool = N * M;
+    std::vector<int64_t> rows(static_cast<size_t>(whole.pool));
+    std::iota(rows.begin(), rows.end(), 0);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    whole.table_cols = M;
+    whole.block_table = rows;
+    whole.block_size = Bk;
+    for (int64_t n = 0; n < N; ++n) {
+      whole.initial_block.push_back(0);
+      whole.final_block.push_back((T - 1) / Bk);
+      whole.first_block.push_back(0);
+      whole.computed.push_back(0);
+    }
+    const Inputs in = make_inputs(whole);
+    const Outputs ref = forward(whole, in, GetParam());
+    for (int64_t m = 1; m * Bk < T; ++m) {
+      Case rest = whole;  // from the snapshot of block m-1, in place on the whole run's pool
+      rest.h0 = rest.in_place = true;
+      rest.T = T - m * Bk;
+      for (int64_t n = 0; n < N; ++n) {
+        rest.initial_block[size_t(n)] = m - 1;
+        rest.first_block[size_t(n)] = m;
+        rest.computed[size_t(n)] = m * Bk;
+      }
+      Inputs ir = make_inputs(rest);
+      ir.weight = in.weight;
+      ir.bias = in.bias;
+      ir.h0 = ref.ht;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t t = 0; t < rest.T; ++t)
+          for (int64_t d = 0; d < D; ++d)
+            ir.x[size_t((n * rest.T + t) * D + d)] = in.x[size_t((n * T + m * Bk + t) * D + d)];
+      const Outputs got = forward(rest, ir, GetParam());
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t t = 0; t < rest.T; ++t)
+          for (int64_t d = 0; d < D; ++d)
+            ASSERT_TRUE(bit_equal({got.y[size_t((n * rest.T + t) * D + d)]},
+                                  {ref.y[size_t((n * T + m * Bk + t) * D + d)]}))
+                << rest.describe() << " restart at block " << m;
+      EXPECT_TRUE(bit_equal(got.ht, ref.ht)) << rest.describe() << " restart at block " << m;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Serving,
+                         ::testing::Values(SC_BACKEND_REF, SC_BACKEND_CPU, SC_BACKEND_CUDA),
+                         backend_param_name);
+
+}  // namespace

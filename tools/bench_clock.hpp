@@ -1,0 +1,120 @@
+// Timing for `shortconv bench`: repetition policy, medians, the copy
+// bandwidth of the floor, CUDA-graph replays and the Clock that times one call
+// on the run's backend (host: steady_clock; GPU: events on one stream).
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#ifdef SHORTCONV_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace shortconv::cli {
+
+// How long and how often each measurement runs.
+struct Timing {
+  int min_reps;            // timed repetitions at least (after warm-up)
+  int max_reps;            // ... and at most
+  double budget_s;         // stop after min_reps once this much time was spent
+  int64_t rotate_bytes;    // rotate buffer copies until the working set reaches this
+  int max_copies;          // ... with at most this many copies
+};
+constexpr Timing kHostTiming = {5, 50, 0.5, int64_t(128) << 20, 8};
+constexpr Timing kDeviceTiming = {30, 300, 0.5, int64_t(256) << 20, 16};
+constexpr int kGraphCalls = 8;  // CUDA: calls per captured graph (at least; a multiple of the copies)
+static_assert(kHostTiming.min_reps >= 1 && kDeviceTiming.min_reps >= 1, "at least one timed rep");
+
+double median(std::vector<double> v);
+// Median of timed(i) (i = rep index, for rotation; returns microseconds)
+// after one warm-up call, repeated per the timing.
+double measure(const Timing& pol, int min_reps, const std::function<double(int)>& timed, int* reps);
+double host_copy_GBps(int threads);  // read + write bytes / s of a multi-threaded memcpy
+#ifdef SHORTCONV_WITH_CUDA
+double device_copy_GBps(cudaStream_t s);
+// GPU time per call: `calls` calls of once(i) captured into one graph on s;
+// the median replay time (after one warm-up replay) divided by calls.
+// Returns NAN (message in *msg) when capture or replay fails.
+double graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol, int min_reps,
+                int calls, const std::function<void(int)>& once, int* reps, std::string* msg);
+// The GPU time of one launch of an empty kernel (empty_kernel.cu), from `calls`
+// launches captured into a graph, and of one eager launch between events.
+double empty_kernel_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
+                             int min_reps, int calls, std::string* msg);
+double empty_kernel_eager_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1);
+#endif
+
+// Times calls on the run's backend and measures the copy bandwidth they are
+// compared with: steady_clock and memcpy on the host; on a GPU, events on
+// one stream and a device-to-device copy (and, in bench_one, graph replays).
+class Clock {
+ public:
+  Clock(bool device, int threads, Timing* timing) : device_(device) {
+#ifdef SHORTCONV_WITH_CUDA
+    if (device_) {
+      cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      copy_GBps = device_copy_GBps(cs);
+      // rotate buffer copies until the working set is 4x the L2 (inputs never timed from L2)
+      int dev = 0, l2 = 0;
+      if (cudaGetDevice(&dev) == cudaSuccess &&
+          cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev) == cudaSuccess && l2 > 0)
+        timing->rotate_bytes = std::max<int64_t>(timing->rotate_bytes, 4 * int64_t(l2));
+      return;
+    }
+#endif
+    (void)timing;
+    copy_GBps = host_copy_GBps(threads);
+  }
+  ~Clock() {
+#ifdef SHORTCONV_WITH_CUDA
+    if (device_) {
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      cudaStreamDestroy(cs);
+    }
+#endif
+  }
+  Clock(const Clock&) = delete;
+  Clock& operator=(const Clock&) = delete;
+
+  double copy_GBps = NAN;  // read + write
+  void* stream() const {
+#ifdef SHORTCONV_WITH_CUDA
+    return cs;
+#else
+    return nullptr;
+#endif
+  }
+  // Microseconds f() takes: on a GPU, between events on the stream.
+  double time(const std::function<void()>& f) const {
+#ifdef SHORTCONV_WITH_CUDA
+    if (device_) {
+      cudaEventRecord(e0, cs);
+      f();
+      cudaEventRecord(e1, cs);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      return double(ms) * 1e3;
+    }
+#endif
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  }
+#ifdef SHORTCONV_WITH_CUDA
+  cudaStream_t cs = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+#endif
+
+ private:
+  bool device_;
+};
+
+}  // namespace shortconv::cli

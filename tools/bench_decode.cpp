@@ -1,0 +1,212 @@
+// `shortconv bench`'s decode section: one decode step of a serving engine on
+// a state pool, the shape that is bounded by launch latency rather than by
+// bandwidth.
+//
+// Each case: bf16 (or --dtype), W = 4, SiLU, bias, a pool of 1024 rows updated
+// in place, `batch` sequences in distinct rows of which every eighth slot is
+// padded (-1: reads and writes nothing), 1 token per sequence (rows of W-1
+// entries) or 1+3 speculative tokens (rows of (W-1) + 3 entries, accepted
+// counts 1..4), rows stored [P, D, S] ("rows") or channel-contiguous like
+// vLLM's pools ([P, S, D] storage, "vllm").
+//
+// floor = the bytes a step must move / the copy bandwidth of the same run:
+// x and y, plus per real sequence the state entries read (S, or the W-1 of
+// the window when speculative) and written (S, or (W-2) + T).
+// GPU time per step: the steps (rotating over a few buffer copies) captured
+// into one CUDA graph of kDecodeGraphCalls calls whose replays are timed; the
+// eager time is one call between events (host path included); the empty
+// kernel's graph and eager times (empty_kernel.cu) come from the same run.
+// Host backends: steady_clock per call, median.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_clock.hpp"
+#include "bench_decode.hpp"
+#include "cli.hpp"
+#include "core/dtype.hpp"
+
+namespace shortconv::cli {
+
+namespace {
+
+using harness::Case;
+using harness::Prepared;
+
+constexpr int kDecodeW = 4;
+constexpr int64_t kDecodePool = 1024;
+constexpr int kDecodeGraphCalls = 100;  // calls per captured graph (the measurement)
+constexpr int kDecodeMaxCopies = 4;     // buffer copies rotated (each holds a whole pool)
+constexpr int64_t kPadEvery = 8;        // slot n is padded when n % kPadEvery == kPadEvery - 1
+
+Case decode_case(const DecodeShape& s, sc_dtype dt, int threads) {
+  Case c;
+  c.W = kDecodeW;
+  c.S = s.T == 1 ? kDecodeW - 1 : int(kDecodeW - 2 + s.T);
+  c.act = SC_ACT_SILU;
+  c.act_dtype = c.param_dtype = c.state_dtype = dt;
+  c.D = s.D;
+  c.B = s.batch;
+  c.T = s.T;
+  c.bias = true;
+  c.h0 = c.ht = c.in_place = true;
+  c.pool = kDecodePool;
+  c.state_transposed = s.vllm_rows;
+  std::vector<int64_t> rows(static_cast<size_t>(kDecodePool));
+  std::iota(rows.begin(), rows.end(), 0);
+  std::shuffle(rows.begin(), rows.end(), std::mt19937_64(uint64_t(s.batch * 131 + s.D)));
+  for (int64_t n = 0; n < s.batch; ++n) {
+    const bool pad = n % kPadEvery == kPadEvery - 1;
+    c.h0_index.push_back(pad ? -1 : rows[size_t(n)]);
+    if (s.T > 1) c.accepted.push_back(1 + n % s.T);
+  }
+  c.ht_index = c.h0_index;
+  c.dy = false;
+  c.want_dx = c.want_dweight = c.want_dbias = c.want_dh0 = false;
+  c.num_threads = threads;
+  return c;
+}
+
+// Bytes one step must move: x, y, and the rows of the real sequences.
+int64_t floor_bytes(const Case& c) {
+  const int64_t es = dtype_size(c.act_dtype), S = c.state_len();
+  const int64_t real = c.B - c.B / kPadEvery;
+  const int64_t read = c.accepted.empty() ? S : c.W - 1;
+  const int64_t written = c.accepted.empty() ? S : c.W - 2 + c.T;
+  return 2 * c.B * c.T * c.D * es + real * c.D * es * (read + written);
+}
+
+DecodeResult bench_case(const DecodeShape& s, const DecodeSettings& st, const Timing& pol,
+                        const Clock& clock) {
+  DecodeResult r;
+  r.shape = s;
+  r.dtype = st.dtype;
+  const Case c = decode_case(s, st.dtype, st.threads);
+  r.bytes = floor_bytes(c);
+  const int copies = int(std::clamp<int64_t>(
+      (pol.rotate_bytes + r.bytes - 1) / std::max<int64_t>(r.bytes, 1), 1, kDecodeMaxCopies));
+  std::vector<std::unique_ptr<Prepared>> ps;
+  try {
+    for (int i = 0; i < copies; ++i) {
+      Case ci = c;
+      ci.seed = uint64_t(i + 1);
+      ps.push_back(std::make_unique<Prepared>(ci, nullptr, st.backend));
+      ps.back()->set_stream(clock.stream());
+    }
+  } catch (const std::exception& e) {
+    r.error = e.what();
+    return r;
+  }
+  sc_status status = SC_OK;
+  std::string msg;
+  auto call = [&](int i) {
+    const sc_status s1 = ps[size_t(i % copies)]->forward(&msg);
+    if (s1 != SC_OK) status = s1;
+  };
+  r.call_us = measure(pol, int(st.reps), [&](int i) { return clock.time([&] { call(i); }); },
+                      &r.reps);
+  r.us = r.call_us;
+#ifdef SHORTCONV_WITH_CUDA
+  if (st.device && status == SC_OK) {
+    const int calls = copies * ((kDecodeGraphCalls + copies - 1) / copies);
+    r.us = graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps), calls, call, &r.reps, &msg);
+    if (!(r.us > 0)) status = SC_ERR_BACKEND;
+  }
+#endif
+  if (status != SC_OK) r.error = std::string(sc_status_string(status)) + ": " + msg;
+  return r;
+}
+
+const char* dtype_label(sc_dtype d) {
+  switch (d) {
+    case SC_BF16: return "bf16";
+    case SC_F16: return "fp16";
+    case SC_F32: return "fp32";
+    default: return "fp64";
+  }
+}
+
+}  // namespace
+
+std::vector<DecodeShape> default_decode_shapes() {
+  std::vector<DecodeShape> v;
+  for (bool vllm_rows : {true, false})
+    for (int64_t D : {4096, 8192})
+      for (int64_t T : {1, 4})
+        for (int64_t batch : {1, 8, 64, 256}) v.push_back({D, batch, T, vllm_rows});
+  return v;
+}
+
+DecodeRun bench_decode(const DecodeSettings& st, const Timing& pol, const Clock& clock,
+                       const std::function<void(const DecodeRun&)>& each) {
+  DecodeRun run;
+#ifdef SHORTCONV_WITH_CUDA
+  if (st.device) {
+    std::string msg;
+    run.empty_us = empty_kernel_graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps),
+                                         kDecodeGraphCalls, &msg);
+    run.empty_call_us = empty_kernel_eager_us(clock.cs, clock.e0, clock.e1);
+  }
+#endif
+  for (const DecodeShape& s : st.shapes) {
+    run.results.push_back(bench_case(s, st, pol, clock));
+    if (each) each(run);
+  }
+  return run;
+}
+
+void print_decode_header(const DecodeSettings& st, double copy_GBps, const DecodeRun& run) {
+  std::printf("\ndecode steps — W=%d SiLU bias, pool of %lld rows updated in place, every %lldth "
+              "slot padded; %s\n",
+              kDecodeW, (long long)kDecodePool, (long long)kPadEvery,
+              st.device ? "GPU time per step from CUDA-graph replays" : "steady_clock, median");
+  std::printf("floor = (x + y + state entries read and written) / copy bandwidth %.1f GB/s",
+              copy_GBps);
+  if (st.device)
+    std::printf("; empty kernel %.2f us (graph), %.2f us (eager)", run.empty_us, run.empty_call_us);
+  std::printf("\n%-5s %-5s %5s %5s %2s %10s %9s %6s %8s %10s\n", "rows", "dtype", "D", "batch", "T",
+              "us", "floor_us", "frac", "/empty", "eager_us");
+}
+
+void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double copy_GBps,
+                      const DecodeRun& run) {
+  const DecodeShape& s = r.shape;
+  std::printf("%-5s %-5s %5lld %5lld %2lld ", s.vllm_rows ? "vllm" : "rows", dtype_label(r.dtype),
+              (long long)s.D, (long long)s.batch, (long long)s.T);
+  if (!r.error.empty()) {
+    std::printf("ERROR %s\n", r.error.c_str());
+  } else {
+    const double floor_us = double(r.bytes) / (copy_GBps * 1e3);
+    std::printf("%10.2f %9.2f %6.3f %8.2f %10.1f\n", r.us, floor_us, floor_us / r.us,
+                st.device ? r.us / run.empty_us : NAN, r.call_us);
+  }
+  std::fflush(stdout);
+}
+
+std::string decode_json(const DecodeRun& run, double copy_GBps) {
+  std::string s = "\"empty_kernel_us\": " + json_num(run.empty_us) +
+                  ", \"empty_kernel_call_us\": " + json_num(run.empty_call_us) + ", \"decode\": [";
+  for (size_t i = 0; i < run.results.size(); ++i) {
+    const DecodeResult& r = run.results[i];
+    const bool ok = r.error.empty();
+    const double floor_us = double(r.bytes) / (copy_GBps * 1e3);
+    s += std::string(i ? "," : "") + "\n  {\"rows\": " +
+         json_str(r.shape.vllm_rows ? "vllm" : "rows") + ", \"dtype\": " +
+         json_str(dtype_label(r.dtype)) + ", \"D\": " + std::to_string(r.shape.D) +
+         ", \"batch\": " + std::to_string(r.shape.batch) + ", \"T\": " +
+         std::to_string(r.shape.T) + ", \"bytes\": " + std::to_string(r.bytes) +
+         ", \"us\": " + json_num(ok ? r.us : NAN) + ", \"floor_us\": " + json_num(floor_us) +
+         ", \"frac\": " + json_num(ok ? floor_us / r.us : NAN) + ", \"per_empty\": " +
+         json_num(ok ? r.us / run.empty_us : NAN) + ", \"call_us\": " +
+         json_num(ok ? r.call_us : NAN) + ", \"reps\": " + std::to_string(r.reps) +
+         ", \"error\": " + json_str(r.error) + "}";
+  }
+  return s + "\n]";
+}
+
+}  // namespace shortconv::cli

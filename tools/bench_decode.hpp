@@ -1,0 +1,56 @@
+// `shortconv bench`'s decode section (bench_decode.cpp): one decode step on a
+// state pool per case, its time against the bandwidth floor and against an
+// empty kernel's launch, both measured in the same run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench_clock.hpp"
+#include "shortconv/shortconv.h"
+
+namespace shortconv::cli {
+
+struct DecodeShape {
+  int64_t D, batch, T;  // channels, sequences (slots) of the step, tokens per sequence
+  bool vllm_rows;       // the pool's channel axis contiguous (vLLM), else [P, D, S] rows
+};
+
+struct DecodeSettings {
+  sc_backend backend = SC_BACKEND_CPU;
+  bool device = false;
+  int threads = 0;
+  int64_t reps = 0;
+  sc_dtype dtype = SC_BF16;
+  std::vector<DecodeShape> shapes;
+};
+
+struct DecodeResult {
+  DecodeShape shape{};
+  sc_dtype dtype = SC_BF16;
+  int64_t bytes = 0;        // the floor's bytes of one step
+  double us = NAN;          // per step: GPU time from graph replays, or the host's median
+  double call_us = NAN;     // one eager call (host path included)
+  int reps = 0;
+  std::string error;
+};
+
+struct DecodeRun {
+  double empty_us = NAN, empty_call_us = NAN;  // an empty kernel: graph-timed, eager (GPU only)
+  std::vector<DecodeResult> results;
+};
+
+// D in {4096, 8192} x batch in {1, 8, 64, 256} x T in {1, 1+3} x both pool layouts.
+std::vector<DecodeShape> default_decode_shapes();
+// Runs every shape of st; each(run) after every case (for streaming output).
+DecodeRun bench_decode(const DecodeSettings& st, const Timing& pol, const Clock& clock,
+                       const std::function<void(const DecodeRun&)>& each);
+void print_decode_header(const DecodeSettings& st, double copy_GBps, const DecodeRun& run);
+void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double copy_GBps,
+                      const DecodeRun& run);
+// `"empty_kernel_us": ..., "empty_kernel_call_us": ..., "decode": [...]` for the JSON object.
+std::string decode_json(const DecodeRun& run, double copy_GBps);
+
+}  // namespace shortconv::cli
