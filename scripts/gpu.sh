@@ -10,7 +10,7 @@
 # $OUT/summary.txt after every stage: two files, so a run cut short still
 # returns everything finished so far.
 #
-# Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_PY=1 skip a stage;
+# Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_PY=1 / GPU_SKIP_CPU=1 skip a stage;
 # GPU_SAN_FILTER replaces the sanitizer stage's gtest filter; GPU_PYTEST_PATHS the Python
 # suite's paths (default tests/python) and GPU_PYTEST_ARGS adds pytest options;
 # GPU_BENCH_ARGS adds options to the bench (e.g. "--shape 8x4096x4096");
@@ -38,7 +38,7 @@ stage() {  # stage NAME CMD...: run, log to $LOG/NAME.log, record pass/fail and 
 }
 collect() {  # the logs so far into $OUT (when set)
   [ -n "${OUT:-}" ] || return 0
-  for s in build tests memcheck racecheck check bench base_build base_bench pytest pybench pydecode; do
+  for s in build tests memcheck racecheck check bench base_build base_bench pytest pybench pydecode cpuisa; do
     [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
   done >"$OUT/summary.txt"
   tar czf "$OUT/gpu-logs.tar.gz" -C "$LOG" . 2>/dev/null
@@ -102,10 +102,16 @@ if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
   stage pydecode env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     "$PY" -m shortconv.bench --device cuda --decode --budget ${GPU_PYBENCH_BUDGET:-0.3}
 fi
+# The CPU backend on this host, once per instruction set it has (AVX2 and
+# AVX-512 by default: the tables bench/RESULTS.md keeps), bench and CPU tests.
+if [ "${GPU_SKIP_CPU:-0}" != 1 ]; then
+  stage cpuisa env SHORTCONV_ISA_BENCH_BUILD="$B" SHORTCONV_ISA_BENCH_ISAS="${GPU_CPU_ISAS:-avx2 avx512}" \
+    bash "$ROOT/scripts/cpu_isa_bench.sh" ${GPU_CPU_BENCH_ARGS:-}
+fi
 
 echo
 echo "==== summary ($(date -u +%FT%TZ), $(head -2 "$LOG/gpu.txt" | tail -1))"
-for s in build tests memcheck racecheck check bench base_build base_bench pytest pybench pydecode; do
+for s in build tests memcheck racecheck check bench base_build base_bench pytest pybench pydecode cpuisa; do
   [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
 done
 grep -hE '^\[  FAILED  \]' "$LOG/tests.log" 2>/dev/null | head -20
@@ -114,6 +120,7 @@ grep -hE 'ERROR SUMMARY|Race reports|RACECHECK SUMMARY' "$LOG/memcheck.log" "$LO
 tail -n 1 "$LOG/pytest.log" 2>/dev/null
 [ -s "$LOG/pybench.log" ] && tail -n 22 "$LOG/pybench.log"
 [ -s "$LOG/pydecode.log" ] && tail -n 34 "$LOG/pydecode.log"
+[ -s "$LOG/cpuisa.log" ] && grep -E '^== |copy|GB/s|^ *(dense|packed|long|small)|tests|PASSED|FAILED' "$LOG/cpuisa.log" | head -60
 if [ -s "$LOG/bench.json" ]; then
   python3 - "$LOG/bench.json" "$LOG/bench_base.json" <<'EOF'
 import json, os, sys
