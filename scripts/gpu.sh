@@ -10,6 +10,7 @@
 # $OUT/summary.txt after every stage: two files, so a run cut short still
 # returns everything finished so far.
 #
+# GPU_CONFORM_SECONDS / GPU_PYTEST_SECONDS bound the two Python stages.
 # Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_PY=1 / GPU_SKIP_CPU=1 skip a stage;
 # GPU_SAN_FILTER replaces the sanitizer stage's gtest filter; GPU_PYTEST_PATHS the Python
 # suite's paths (default tests/python) and GPU_PYTEST_ARGS adds pytest options;
@@ -38,7 +39,7 @@ stage() {  # stage NAME CMD...: run, log to $LOG/NAME.log, record pass/fail and 
 }
 collect() {  # the logs so far into $OUT (when set)
   [ -n "${OUT:-}" ] || return 0
-  for s in build tests memcheck racecheck check bench base_build base_bench pytest pybench pydecode cpuisa; do
+  for s in build tests memcheck racecheck check bench base_build base_bench pyconform pytest pybench pydecode cpuisa; do
     [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
   done >"$OUT/summary.txt"
   tar czf "$OUT/gpu-logs.tar.gz" -C "$LOG" . 2>/dev/null
@@ -91,7 +92,11 @@ fi
 # figures of this run (bench.json) and with the package's host overhead.
 PY=${PYTHON:-python3}
 if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
-  # bounded: the suite runs every test on both devices, torch.compile ones included
+  # the peers' conformance parametrisations on the GPU first (their CUDA cases),
+  # then the suite, bounded: it runs every test on both devices, torch.compile ones included
+  stage pyconform env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
+    timeout "${GPU_CONFORM_SECONDS:-240}" "$PY" -m pytest -q -p no:cacheprovider -rf -k cuda \
+    "$ROOT/tests/python/conformance"
   stage pytest env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     timeout "${GPU_PYTEST_SECONDS:-300}" "$PY" -m pytest -q -p no:cacheprovider --durations=15 \
     ${GPU_PYTEST_PATHS:-$ROOT/tests/python} ${GPU_PYTEST_ARGS:-}
@@ -111,13 +116,13 @@ fi
 
 echo
 echo "==== summary ($(date -u +%FT%TZ), $(head -2 "$LOG/gpu.txt" | tail -1))"
-for s in build tests memcheck racecheck check bench base_build base_bench pytest pybench pydecode cpuisa; do
+for s in build tests memcheck racecheck check bench base_build base_bench pyconform pytest pybench pydecode cpuisa; do
   [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
 done
 grep -hE '^\[  FAILED  \]' "$LOG/tests.log" 2>/dev/null | head -20
 grep -h -A12 'Failure' "$LOG/tests.log" 2>/dev/null | cut -c1-400 | head -60
 grep -hE 'ERROR SUMMARY|Race reports|RACECHECK SUMMARY' "$LOG/memcheck.log" "$LOG/racecheck.log" 2>/dev/null
-tail -n 1 "$LOG/pytest.log" 2>/dev/null
+tail -n 1 "$LOG/pyconform.log" "$LOG/pytest.log" 2>/dev/null
 [ -s "$LOG/pybench.log" ] && tail -n 22 "$LOG/pybench.log"
 [ -s "$LOG/pydecode.log" ] && tail -n 34 "$LOG/pydecode.log"
 [ -s "$LOG/cpuisa.log" ] && grep -E '^== |copy|GB/s|^ *(dense|packed|long|small)|tests|PASSED|FAILED' "$LOG/cpuisa.log" | head -60
