@@ -278,20 +278,10 @@ Result bench_one(const Shape& s, sc_dtype dt, const Settings& st, const Timing& 
   const Case c = make_case(s, dt, int(st.threads));
   // Rotate over copies when the working set is small (cache effects).
   const int64_t footprint = 2 * r.x_bytes;
-  const int copies = int(std::clamp<int64_t>(
-      (pol.rotate_bytes + footprint - 1) / std::max<int64_t>(footprint, 1), 1, pol.max_copies));
-  std::vector<std::unique_ptr<Prepared>> ps;
-  try {
-    for (int i = 0; i < copies; ++i) {
-      Case ci = c;
-      ci.seed = uint64_t(i + 1);
-      ps.push_back(std::make_unique<Prepared>(ci, nullptr, st.backend));
-      ps.back()->set_stream(clock.stream());
-    }
-  } catch (const std::exception& e) {
-    r.error = e.what();
-    return r;
-  }
+  const auto ps = rotating_copies(c, footprint, pol.rotate_bytes, pol.max_copies, st.backend,
+                                  clock.stream(), &r.error);
+  if (ps.empty()) return r;
+  const int copies = int(ps.size());
   sc_status status = SC_OK;
   std::string msg;
   auto fwd_call = [&](Prepared& p) {

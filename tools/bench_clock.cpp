@@ -121,4 +121,25 @@ double graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& po
 }
 #endif
 
+std::vector<std::unique_ptr<harness::Prepared>> rotating_copies(const harness::Case& c, int64_t footprint,
+                                                                int64_t rotate_bytes, int max_copies,
+                                                                sc_backend backend, void* stream,
+                                                                std::string* error) {
+  const int copies = int(std::clamp<int64_t>(
+      (rotate_bytes + footprint - 1) / std::max<int64_t>(footprint, 1), 1, max_copies));
+  std::vector<std::unique_ptr<harness::Prepared>> ps;
+  try {
+    for (int i = 0; i < copies; ++i) {
+      harness::Case ci = c;
+      ci.seed = uint64_t(i + 1);
+      ps.push_back(std::make_unique<harness::Prepared>(ci, nullptr, backend));
+      ps.back()->set_stream(stream);
+    }
+  } catch (const std::exception& e) {
+    *error = e.what();
+    ps.clear();
+  }
+  return ps;
+}
+
 }  // namespace shortconv::cli

@@ -7,12 +7,15 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #ifdef SHORTCONV_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
+
+#include "harness/harness.hpp"
 
 namespace shortconv::cli {
 
@@ -47,6 +50,15 @@ double empty_kernel_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, con
                              int min_reps, int calls, std::string* msg);
 double empty_kernel_eager_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1);
 #endif
+
+// Prepared copies of case c (seeds 1, 2, ...) on `stream`, as many as make
+// their working set (`footprint` bytes each) reach rotate_bytes, at most
+// max_copies: calls rotate over them so that small cases are not timed from
+// the cache.  Empty, with *error set, when one cannot be prepared.
+std::vector<std::unique_ptr<harness::Prepared>> rotating_copies(const harness::Case& c, int64_t footprint,
+                                                                int64_t rotate_bytes, int max_copies,
+                                                                sc_backend backend, void* stream,
+                                                                std::string* error);
 
 // Times calls on the run's backend and measures the copy bandwidth they are
 // compared with: steady_clock and memcpy on the host; on a GPU, events on

@@ -88,20 +88,10 @@ DecodeResult bench_case(const DecodeShape& s, const DecodeSettings& st, const Ti
   r.dtype = st.dtype;
   const Case c = decode_case(s, st.dtype, st.threads);
   r.bytes = floor_bytes(c);
-  const int copies = int(std::clamp<int64_t>(
-      (pol.rotate_bytes + r.bytes - 1) / std::max<int64_t>(r.bytes, 1), 1, kDecodeMaxCopies));
-  std::vector<std::unique_ptr<Prepared>> ps;
-  try {
-    for (int i = 0; i < copies; ++i) {
-      Case ci = c;
-      ci.seed = uint64_t(i + 1);
-      ps.push_back(std::make_unique<Prepared>(ci, nullptr, st.backend));
-      ps.back()->set_stream(clock.stream());
-    }
-  } catch (const std::exception& e) {
-    r.error = e.what();
-    return r;
-  }
+  const auto ps = rotating_copies(c, r.bytes, pol.rotate_bytes, kDecodeMaxCopies, st.backend,
+                                  clock.stream(), &r.error);
+  if (ps.empty()) return r;
+  const int copies = int(ps.size());
   sc_status status = SC_OK;
   std::string msg;
   auto call = [&](int i) {
