@@ -227,18 +227,11 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
   k.act.id = a.act;
   k.want_dw = a.dweight.p != nullptr || a.dbias.p != nullptr;
   const A scale = A(k.act.scale());  // exact: 1, or 0.5 for a tanh form (core/activation.hpp)
+  load_taps<A, WMAX, CH>(a.weight, a.bias, d0, active ? a.D : 0, k.kpad, scale, k.wp, k.bs);
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
-    const int64_t d = d0 + c;
-    const bool in = active && d < a.D;
 #pragma unroll
-    for (int j = 0; j < WMAX; ++j) {
-      k.wp[j][c] = (in && j >= k.kpad) ? scale * ld<A>(a.weight.p, a.weight.dt,
-                                                       d * a.weight.s0 + (j - k.kpad) * a.weight.s1)
-                                       : A(0);
-      k.dwp[j][c] = A(0);
-    }
-    k.bs[c] = (in && a.bias.p) ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+    for (int j = 0; j < WMAX; ++j) k.dwp[j][c] = A(0);
     k.db[c] = A(0);
   }
   if (active) {
@@ -312,14 +305,10 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   const bool want_dw = a.dweight.p || a.dbias.p;
   const RuntimeAct<MathOf<T>> act{a.act};
   const A scale = A(act.scale());  // p = scale * pre; dp = dpre / scale (see TmBwd)
-  A wr[WMAX], dwr[WMAX], db = A(0);
+  A wr[WMAX], dwr[WMAX], db = A(0), bs;
+  load_taps_newest_first<A, WMAX>(a.weight, a.bias, d, W, scale, wr, &bs);
 #pragma unroll
-  for (int j = 0; j < WMAX; ++j) {
-    wr[j] = j < W ? scale * ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (W - 1 - j) * a.weight.s1)
-                  : A(0);
-    dwr[j] = A(0);
-  }
-  const A bs = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+  for (int j = 0; j < WMAX; ++j) dwr[j] = A(0);
   const Seq q{b, 0, a.T, ring_of(a, b), false};
   const int64_t h0row = h0_row_of(a, b);
   const T* xr = row_ptr<const T>(a.x, b, d);

@@ -96,6 +96,70 @@ __device__ __forceinline__ void st(void* p, int32_t dt, int64_t off, A v) {
   }
 }
 
+// out[i] = ok(i) ? t[off(i)] : 0 for i < N, with t's runtime dtype resolved
+// once: the N loads are issued back to back, and converted after the last.
+// (ld<A> per element put a dtype branch, and the conversion's wait for its
+// load, between consecutive loads: the parameter loads at a kernel's start
+// became N dependent L2 round trips, ~0.25 us each, before the first token.)
+template <class S, class A, int N, class Off, class Ok>
+__device__ __forceinline__ void ld_many_as(const void* p, Off off, Ok ok, A (&out)[N]) {
+  const S* s = static_cast<const S*>(p);
+  S raw[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    if (ok(i)) raw[i] = s[off(i)];
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = ok(i) ? A(to_f(raw[i])) : A(0);
+}
+template <class A, int N, class Off, class Ok>
+__device__ __forceinline__ void ld_many(const DTensor& t, Off off, Ok ok, A (&out)[N]) {
+  switch (t.dt) {
+    case SC_F32: ld_many_as<float>(t.p, off, ok, out); break;
+    case SC_F16: ld_many_as<__half>(t.p, off, ok, out); break;
+    case SC_BF16: ld_many_as<__nv_bfloat16>(t.p, off, ok, out); break;
+    default:  // fp64 parameters: rare; converted as loaded (deferred, they spilled fp32 kernels)
+#pragma unroll
+      for (int i = 0; i < N; ++i) out[i] = ok(i) ? A(static_cast<const double*>(t.p)[off(i)]) : A(0);
+      break;
+  }
+}
+
+// The taps and bias of CH consecutive channels d0.. (channels >= live_d read
+// as 0), scaled: wp[k][c] = scale * weight[d0 + c, k - kpad] for k >= kpad
+// (0 below: pad taps), bs[c] = scale * bias[d0 + c] (0 without a bias).
+template <class A, int WMAX, int CH>
+__device__ __forceinline__ void load_taps(const DTensor& w, const DTensor& bias, int64_t d0,
+                                          int64_t live_d, int kpad, A scale, A (&wp)[WMAX][CH],
+                                          A (&bs)[CH]) {
+  A wf[WMAX * CH], bf[CH];
+  ld_many(
+      w, [&](int i) { return (d0 + i % CH) * w.s0 + (i / CH - kpad) * w.s1; },
+      [&](int i) { return i / CH >= kpad && d0 + i % CH < live_d; }, wf);
+  if (bias.p)
+    ld_many(
+        bias, [&](int c) { return (d0 + c) * bias.s0; }, [&](int c) { return d0 + c < live_d; }, bf);
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+#pragma unroll
+    for (int j = 0; j < WMAX; ++j) wp[j][c] = scale * wf[j * CH + c];
+    bs[c] = bias.p ? scale * bf[c] : A(0);
+  }
+}
+
+// One channel's taps newest first (the channel-major kernels' order):
+// wr[j] = scale * weight[d, W-1-j] for j < W (0 above), *bs = scale * bias[d].
+template <class A, int WMAX>
+__device__ __forceinline__ void load_taps_newest_first(const DTensor& w, const DTensor& bias,
+                                                       int64_t d, int W, A scale, A (&wr)[WMAX],
+                                                       A* bs) {
+  A wf[WMAX];
+  ld_many(
+      w, [&](int j) { return d * w.s0 + (W - 1 - j) * w.s1; }, [&](int j) { return j < W; }, wf);
+#pragma unroll
+  for (int j = 0; j < WMAX; ++j) wr[j] = scale * wf[j];
+  *bs = bias.p ? scale * ld<A>(bias.p, bias.dt, d * bias.s0) : A(0);
+}
+
 __device__ __forceinline__ int64_t ld_index(const DTensor& t, int64_t i) {
   return t.dt == SC_I32 ? int64_t(static_cast<const int32_t*>(t.p)[i * t.s0])
                         : static_cast<const int64_t*>(t.p)[i * t.s0];

@@ -256,16 +256,6 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, DecodeTraits::kMinBloc
   const int W = a.W, kpad = WMAX - W;
   const RuntimeAct<MathOf<T>> act{a.act};
   const A scale = A(act.scale());  // exact: 1, or 0.5 for a tanh form (core/activation.hpp)
-  A wp[WMAX][CH], bs[CH];
-#pragma unroll
-  for (int c = 0; c < CH; ++c) {
-    const int64_t d = d0 + c;
-#pragma unroll
-    for (int j = 0; j < WMAX; ++j)
-      wp[j][c] = j >= kpad ? scale * ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (j - kpad) * a.weight.s1)
-                           : A(0);
-    bs[c] = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
-  }
   const Seq q = seq_of(a, n);
   const int64_t in = h0_row_of(a, n), out = ht_row_of(a, n);
   const bool spec = a.accepted.p != nullptr;
@@ -277,18 +267,34 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, DecodeTraits::kMinBloc
   }
   Rows<T, CH> rows{a, StateIo(a.state_io), d0, a.ring.p ? q.c : 0,
                    reinterpret_cast<T*>(decode_stage + int64_t(threadIdx.x) * a.S)};
+  // Latency order: the row's window (vLLM rows: raw vectors) and the first
+  // token are requested before the taps, whose conversion waits for their own
+  // loads; the window is converted after that (one round trip, not two).
+  using P = Pack<T, CH>;
+  const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * a.x.s1 + d0 * a.x.s2;
+  const bool vec_rows = rows.io == StateIo::channel_vec && in >= 0;
+  P raw[H];
+#pragma unroll
+  for (int i = 0; i < H; ++i)
+    if (vec_rows && i >= kpad) raw[i] = ldp<T, CH>(rows.vec_at(a.h0, in, base + s - H + i));
+  const P x0 = q.L > 0 ? ldp<T, CH>(xp) : P::zero();
   if (rows.io == StateIo::row_vec) rows.stage_in(in);
+  A wp[WMAX][CH], bs[CH];
+  load_taps<A, WMAX, CH>(a.weight, a.bias, d0, a.D, kpad, scale, wp, bs);
   A sl[H][CH];  // sl[i] = u[s - H + i]: the window, padded at the front
 #pragma unroll
   for (int i = 0; i < H; ++i) {
-    if (i >= kpad) {
-      rows.entry(in, base + s - H + i, sl[i]);
-    } else {
+    if (i < kpad) {
 #pragma unroll
       for (int c = 0; c < CH; ++c) sl[i][c] = A(0);
+    } else if (vec_rows) {
+#pragma unroll
+      for (int c = 0; c < CH; ++c) sl[i][c] = raw[i].get(c);
+    } else {
+      rows.entry(in, base + s - H + i, sl[i]);
     }
   }
-  const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * a.x.s1 + d0 * a.x.s2;
+  (void)x0;  // (the step's first x_at(0) is this load: nothing is stored in between)
   const DecodeSeq<T, WMAX, CH> seq{a, wp, bs, kpad, act, n, d0, q, s, xp, a.x.s1};
   if (a.parents.p) seq.tree(sl);  // (the tree keeps the window, the linear step slides it)
   else seq.linear(sl);

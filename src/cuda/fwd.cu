@@ -257,16 +257,7 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
   k.kpad = WMAX - a.W;
   k.act.id = a.act;
   const A scale = A(k.act.scale());  // exact: 1, or 0.5 for a tanh form (core/activation.hpp)
-#pragma unroll
-  for (int c = 0; c < CH; ++c) {
-    const int64_t d = d0 + c;
-#pragma unroll
-    for (int j = 0; j < WMAX; ++j)
-      k.wp[j][c] = j >= k.kpad ? scale * ld<A>(a.weight.p, a.weight.dt,
-                                               d * a.weight.s0 + (j - k.kpad) * a.weight.s1)
-                               : A(0);
-    k.bs[c] = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
-  }
+  load_taps<A, WMAX, CH>(a.weight, a.bias, d0, a.D, k.kpad, scale, k.wp, k.bs);
   int64_t b, tb, te;
   tile_range(a, tile, &b, &tb, &te);
   // The full-window SiLU instance only for the vector kernels (nvcc time).
@@ -300,12 +291,8 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   const int W = a.W;
   const RuntimeAct<M> act{a.act};
   const A scale = A(act.scale());  // 1, or 0.5 for a tanh form
-  A wr[WMAX];
-#pragma unroll
-  for (int j = 0; j < WMAX; ++j)
-    wr[j] = j < W ? scale * ld<A>(a.weight.p, a.weight.dt, d * a.weight.s0 + (W - 1 - j) * a.weight.s1)
-                  : A(0);
-  const A bs = a.bias.p ? scale * ld<A>(a.bias.p, a.bias.dt, d * a.bias.s0) : A(0);
+  A wr[WMAX], bs;
+  load_taps_newest_first<A, WMAX>(a.weight, a.bias, d, W, scale, wr, &bs);
   const Seq q{b, 0, a.T, ring_of(a, b), false};
   const int64_t h0row = h0_row_of(a, b);
   const T* xr = row_ptr<const T>(a.x, b, d);
