@@ -11,7 +11,8 @@
 # returns everything finished so far.
 #
 # GPU_CONFORM_SECONDS / GPU_PYTEST_SECONDS bound the two Python stages.
-# Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_PY=1 / GPU_SKIP_CPU=1 skip a stage;
+# Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_BENCH=1 /
+# GPU_SKIP_PY=1 / GPU_SKIP_CONFORM=1 / GPU_SKIP_CPU=1 skip a stage;
 # GPU_SAN_FILTER replaces the sanitizer stage's gtest filter; GPU_PYTEST_PATHS the Python
 # suite's paths (default tests/python) and GPU_PYTEST_ARGS adds pytest options;
 # GPU_BENCH_ARGS adds options to the bench (e.g. "--shape 8x4096x4096");
@@ -69,7 +70,7 @@ CLI=$B/bin/shortconv
 [ -x "$CLI" ] || CLI=$(find "$B" -maxdepth 2 -type f -name shortconv -perm -u+x | head -1)
 
 GPU_FILTER='Cuda.*:*/cuda'
-SAN_FILTER=${GPU_SAN_FILTER:-'Cuda.PackedVector:Cuda.InPlaceDecode:Cuda.GeneralPathWide:Cuda.ChannelMajor:Cuda.StridedViews:Backends/SeqIdx.*/cuda:Cuda.DecodeGraphReplaysWithNewRowsAndCounts'}
+SAN_FILTER=${GPU_SAN_FILTER:-'Cuda.PackedVector:Cuda.InPlaceDecode:Cuda.GeneralPathWide:Cuda.ChannelMajor:Cuda.StridedViews:Backends/SeqIdx.*/cuda:Backends/Serving.*/cuda:Cuda.DecodeGraphReplaysWithNewRowsAndCounts'}
 if [ "${GPU_SKIP_TESTS:-0}" != 1 ]; then
   stage tests "$TESTS" --gtest_filter="$GPU_FILTER"
 fi
@@ -80,7 +81,9 @@ fi
 if [ "${GPU_SKIP_CHECK:-0}" != 1 ]; then
   stage check "$CLI" check --backend cuda
 fi
-stage bench bash -c "'$CLI' bench --backend cuda --json ${GPU_BENCH_ARGS:-} > '$LOG/bench.json'"
+if [ "${GPU_SKIP_BENCH:-0}" != 1 ]; then
+  stage bench bash -c "'$CLI' bench --backend cuda --json ${GPU_BENCH_ARGS:-} > '$LOG/bench.json'"
+fi
 if [ -n "$BASE_PID" ]; then
   wait "$BASE_PID"
   STATUS[base_build]="$(tr '\n' ' ' <"$LOG/base_build.status" 2>/dev/null)"
@@ -93,10 +96,11 @@ fi
 PY=${PYTHON:-python3}
 if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
   # the peers' conformance parametrisations on the GPU first (their CUDA cases),
-  # then the suite, bounded: it runs every test on both devices, torch.compile ones included
-  stage pyconform env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
-    timeout "${GPU_CONFORM_SECONDS:-240}" "$PY" -m pytest -q -p no:cacheprovider -rf -k cuda \
-    "$ROOT/tests/python/conformance"
+  # (the torch.compile suite last: its compilations are the slow part), then the suite,
+  # bounded: it runs every test on both devices, torch.compile ones included
+  [ "${GPU_SKIP_CONFORM:-0}" = 1 ] || stage pyconform env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
+    timeout "${GPU_CONFORM_SECONDS:-300}" "$PY" -m pytest -q -p no:cacheprovider -rf -k cuda --durations=10 \
+    $(for f in dao fla vllm compile_dropins; do echo "$ROOT/tests/python/conformance/test_$f.py"; done)
   stage pytest env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     timeout "${GPU_PYTEST_SECONDS:-300}" "$PY" -m pytest -q -p no:cacheprovider --durations=15 \
     ${GPU_PYTEST_PATHS:-$ROOT/tests/python} ${GPU_PYTEST_ARGS:-}

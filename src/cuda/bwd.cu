@@ -63,7 +63,6 @@ struct TmBwd {
   using P = Pack<T, CH>;
   using M = MathOf<T>;
   static constexpr int H = WMAX - 1;
-  static constexpr bool k16Bit = sizeof(T) == 2;
 
   int kpad;
   RuntimeAct<M> act;

@@ -9,7 +9,9 @@
 // of t, oldest first; and the row: ht[j] = u[s + L_n - E + j] for j < E (E = S,
 // entry j at its ring slot; speculative: E = (W-2) + L_n from the row's start).
 //
-// Ownership: a thread owns CH consecutive channels of one sequence; block
+// Ownership: a thread owns CH consecutive channels of one sequence, one
+// 4-byte word of x per token (DecodeTraits::kVecBytes: the step is latency
+// bound, and a thread's instruction path grows with its channels); block
 // (blockIdx.x = sequence, blockIdx.y = group of kThreads * CH channels).  It
 // reads its W-1 window entries into registers, computes the tokens in order
 // (the window slides; a tree re-reads its ancestors' x, L1 hits), then
@@ -20,9 +22,11 @@
 //
 // State rows (StateIo, chosen by the planner from strides, dtype, alignment):
 // scalar (any strides and dtypes, ring rows; copies through double, exact),
-// channel_vec (vLLM's pools, stride(D) = 1: one CH-channel vector per entry)
+// channel_vec (vLLM's pools, stride(D) = 1: one CH-channel word per entry)
 // and row_vec ([P, D, S] contiguous rows: the thread's CH x S block is S
-// 16-byte vectors, staged in its own slice of shared memory, no barrier).
+// words, staged in its own slice of shared memory, no barrier).  Loads are
+// issued together before their first use (the window, the first token and
+// the taps: one round trip after the row index, not one per load).
 //
 // Grid: N x ceil(D / (kThreads * CH)) blocks of DecodeTraits::kThreads threads;
 // no workspace, no host synchronisation.  Row indices, flags, accepted counts
@@ -55,13 +59,19 @@ struct Rows {
   __device__ const T* vec_at(const DTensor& t, int64_t r, int64_t j) const {  // channel_vec
     return static_cast<const T*>(t.p) + r * t.s0 + d0 + j * t.s2;
   }
-  // row_vec: row r of h0 into the stage (zeros for r < 0).
+  // row_vec: row r of h0 into the stage (zeros for r < 0): the S words are
+  // loaded before the first is stored (a load-store loop waited for each).
   __device__ void stage_in(int64_t r) {
-    uint4* dst = reinterpret_cast<uint4*>(stage);
-    const uint4* src =
-        r >= 0 ? reinterpret_cast<const uint4*>(static_cast<const T*>(a.h0.p) + r * a.h0.s0 + d0 * a.S)
-               : nullptr;
-    for (int k = 0; k < a.S; ++k) dst[k] = src ? src[k] : make_uint4(0u, 0u, 0u, 0u);
+    constexpr int kMax = DecodeTraits::kRowVecMaxS;
+    uint32_t* dst = reinterpret_cast<uint32_t*>(stage);
+    const uint32_t* src =
+        reinterpret_cast<const uint32_t*>(static_cast<const T*>(a.h0.p) + (r >= 0 ? r : 0) * a.h0.s0 + d0 * a.S);
+    uint32_t v[kMax];
+#pragma unroll
+    for (int k = 0; k < kMax; ++k) v[k] = r >= 0 && k < a.S ? src[k] : 0u;
+#pragma unroll
+    for (int k = 0; k < kMax; ++k)
+      if (k < a.S) dst[k] = v[k];
   }
   // Entry j of initial-state row r (zeros for r < 0), as accumulators.
   __device__ void entry(int64_t r, int64_t j, A (&v)[CH]) const {
@@ -213,23 +223,35 @@ __device__ void write_row(const Args& a, Rows<T, CH>& rows, const Seq& q, const 
     }
     T* dst = static_cast<T*>(a.ht.p) + out * a.ht.s0 + rows.d0 * S;
     if (E == S || out == in) {  // entries past E still hold the row's own values
-      const uint4* src = reinterpret_cast<const uint4*>(rows.stage);
-      for (int k = 0; k < S; ++k) reinterpret_cast<uint4*>(dst)[k] = src[k];
+      const uint32_t* src = reinterpret_cast<const uint32_t*>(rows.stage);
+      for (int k = 0; k < S; ++k) reinterpret_cast<uint32_t*>(dst)[k] = src[k];
     } else {
       for (int c = 0; c < CH; ++c)
         for (int64_t j = 0; j < E; ++j) dst[c * S + j] = rows.stage[c * S + j];
     }
     return;
   }
+  if (rows.io == StateIo::channel_vec) {  // raw copies (state dtype = x's), kRowChunk at a time:
+    // a round's entries are all read, then written (entry j copies index >= j)
+    constexpr int K = DecodeTraits::kRowChunk;
+    for (int64_t j0 = 0; j0 < E; j0 += K) {
+      P v[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int64_t pos = from + j0 + k;
+        v[k] = P::zero();
+        if (j0 + k >= E) continue;
+        if (pos >= s) v[k] = ldp<T, CH>(xp + (pos - s) * sx);
+        else if (in >= 0) v[k] = ldp<T, CH>(rows.vec_at(a.h0, in, base + pos));
+      }
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (j0 + k < E) stp<T, CH>(const_cast<T*>(rows.vec_at(a.ht, out, j0 + k)), v[k]);
+    }
+    return;
+  }
   for (int64_t j = 0; j < E; ++j) {
     const int64_t pos = from + j;
-    if (rows.io == StateIo::channel_vec) {  // raw copies (state dtype = x's)
-      P v = P::zero();
-      if (pos >= s) v = ldp<T, CH>(xp + (pos - s) * sx);
-      else if (in >= 0) v = ldp<T, CH>(rows.vec_at(a.h0, in, base + pos));
-      stp<T, CH>(const_cast<T*>(rows.vec_at(a.ht, out, j)), v);
-      continue;
-    }
     // final-state entry j: slot j, or on a ring the slot of entry L + j, (c + L + j) mod S
     const int64_t dst_slot = spec || !a.ring.p ? j : (rows.ring + q.L % S + j) % S;
     for (int c = 0; c < CH; ++c) {  // through double: every copy exact, rounded once
@@ -249,7 +271,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, DecodeTraits::kMinBloc
   using A = acc_t<T>;
   constexpr int H = WMAX - 1;
   static_assert(WMAX >= 2, "window of at least one past input");
-  extern __shared__ uint4 decode_stage[];
+  extern __shared__ uint32_t decode_stage[];
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
@@ -307,12 +329,12 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, DecodeTraits::kMinBloc
 }  // namespace
 
 // The decode step's kernel for the plan (Path::decode): the vector instance
-// (W <= kVecWmax, 16-byte x vectors) or the scalar one (any strides, fp64, W <= 16).
+// (W <= kVecWmax, 4-byte x words) or the scalar one (any strides, fp64, W <= 16).
 cudaError_t launch_decode(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
   if (p.N == 0 || p.D == 0 || (!p.y && !p.ht)) return cudaSuccess;
   return with_act_type(p.act_dtype, [&](auto tag) -> cudaError_t {
     using T = typename decltype(tag)::type;
-    constexpr int kVecCh = 16 / int(sizeof(T));
+    constexpr int kVecCh = DecodeTraits::kVecBytes / int(sizeof(T));
     if constexpr (!std::is_same_v<T, double>) {
       if (pl.ch == kVecCh && pl.wmax == DecodeTraits::kVecWmax)
         return l->main("fwd_decode(vector)", fwd_decode<T, DecodeTraits::kVecWmax, kVecCh>, pl, a);

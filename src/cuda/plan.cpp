@@ -139,20 +139,21 @@ void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
 }
 
 // The decode path's vector instance: x, y, residual channel-contiguous in
-// 16-byte vectors of CH = 16 / element-size channels, W <= kVecWmax, not fp64.
+// kVecBytes words of CH = kVecBytes / element-size channels, W <= kVecWmax,
+// not fp64.
 bool decode_vec_ok(const Problem& p) {
   if (p.act_dtype == SC_F64 || p.W > DecodeTraits::kVecWmax) return false;
-  const int ch = 16 / dtype_size(p.act_dtype);
+  const int ch = DecodeTraits::kVecBytes / dtype_size(p.act_dtype);
   if (p.D % ch != 0) return false;
   return all_act(p, [&](const View& v) {
     return (v.stride[2] == 1 || v.shape[2] == 1) && v.stride[0] % ch == 0 &&
-           v.stride[1] % ch == 0 && aligned(v.data, 16);
+           v.stride[1] % ch == 0 && aligned(v.data, DecodeTraits::kVecBytes);
   });
 }
 
 // How the decode kernel's CH-channel threads read and write the state rows.
-StateIo decode_state_io(const Problem& p, int ch) {
-  if (ch == 1 || p.ring || p.state_dtype != p.act_dtype || (!p.h0 && !p.ht)) return StateIo::scalar;
+StateIo decode_state_io(const Problem& p, int ch, bool vec) {
+  if (!vec || p.ring || p.state_dtype != p.act_dtype || (!p.h0 && !p.ht)) return StateIo::scalar;
   const int64_t es = dtype_size(p.state_dtype);
   auto both = [&](auto ok) { return (!p.h0 || ok(p.h0)) && (!p.ht || ok(p.ht)); };
   if (both([&](const View& v) {
@@ -160,9 +161,10 @@ StateIo decode_state_io(const Problem& p, int ch) {
                aligned(v.data, ch * es);
       }))
     return StateIo::channel_vec;
-  if (p.S <= DecodeTraits::kRowVecMaxS && ch * es == 16 && both([&](const View& v) {
+  if (p.S <= DecodeTraits::kRowVecMaxS && ch * es == DecodeTraits::kVecBytes &&
+      both([&](const View& v) {
         return v.stride[2] == 1 && v.stride[1] == p.S && v.stride[0] % ch == 0 &&
-               aligned(v.data, 16);
+               aligned(v.data, DecodeTraits::kVecBytes);
       }))
     return StateIo::row_vec;
   return StateIo::scalar;
@@ -172,9 +174,9 @@ StateIo decode_state_io(const Problem& p, int ch) {
 // grid.y channel groups; a thread walks its sequence's tokens in order.
 void plan_decode(const Problem& p, Plan* pl) {
   const bool vec = decode_vec_ok(p);
-  pl->ch = vec ? 16 / dtype_size(p.act_dtype) : 1;
+  pl->ch = vec ? DecodeTraits::kVecBytes / dtype_size(p.act_dtype) : 1;
   pl->wmax = vec ? DecodeTraits::kVecWmax : DecodeTraits::kScalarWmax;
-  pl->state_io = decode_state_io(p, pl->ch);
+  pl->state_io = decode_state_io(p, pl->ch, vec);
   pl->block_x = DecodeTraits::kThreads;
   pl->grid_x = p.N;
   pl->grid_y = ceil_div(p.D, int64_t(DecodeTraits::kThreads) * pl->ch);

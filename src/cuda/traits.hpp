@@ -116,13 +116,18 @@ struct SmallTraits {
 };
 
 // fwd_decode (Path::decode, one launch per decode step): a thread owns CH
-// channels of one sequence (then of every gridDim.y-th sequence after it); a
-// block is kThreads threads along channels.  It reads the window once, runs
-// the sequence's few tokens in order and rewrites the state row itself.
+// channels of one sequence; a block is kThreads threads along channels.  It
+// reads the window once, runs the sequence's few tokens in order and
+// rewrites the state row itself.
 struct DecodeTraits {
   static constexpr int kThreads = 128;
   static constexpr int kMinBlocksPerSm = 0;  // no register cap
-  // Vector instance: CH = one 16-byte x vector of channels, W <= kVecWmax.
+  // Vector instance: a thread's x per token is one kVecBytes word (CH = 2
+  // channels of a 16-bit type, 1 of fp32), W <= kVecWmax.  A step is latency
+  // bound: a thread's instruction path grows with its channels, and with 8
+  // channels (16 bytes) a batch-1 step ran one warp per scheduler issuing every
+  // 12 cycles (H200, ncu); 4-byte lanes still make 128-byte warp accesses.
+  static constexpr int kVecBytes = 4;
   static constexpr int kVecWmax = 4;
   // Scalar instance (any strides, fp64, W 5..16): one channel per thread.
   static constexpr int kScalarWmax = kMaxFastW;
@@ -130,11 +135,15 @@ struct DecodeTraits {
   // that many per sequence on average (packed; a longer sequence of a packed
   // step is walked by its threads token after token, correct but serial).
   static constexpr int64_t kMaxTokens = 16;
-  // Row-contiguous states ([P, D, S], S entries of a channel adjacent) are
-  // staged per thread in shared memory (S 16-byte vectors) up to this S.
+  // Row-contiguous states ([P, D, S], S entries of a channel adjacent): a
+  // thread's CH x S block is S kVecBytes words, staged in its own slice of
+  // shared memory, up to this S.
   static constexpr int kRowVecMaxS = 16;
-  static SC_TRAIT size_t rowvec_smem(int S) { return size_t(kThreads) * size_t(S) * 16; }
+  // Entries of a vLLM-layout row copied per round: read them all, then write.
+  static constexpr int kRowChunk = 4;
+  static SC_TRAIT size_t rowvec_smem(int S) { return size_t(kThreads) * size_t(S) * kVecBytes; }
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "a block is whole warps");
+  static_assert(kVecBytes == 4, "the stage and the x vectors are 32-bit words");
 };
 static_assert(DecodeTraits::rowvec_smem(DecodeTraits::kRowVecMaxS) <= 48 * 1024,
               "the row_vec stage fits the default dynamic shared memory limit");

@@ -123,7 +123,7 @@ TEST(CudaPlan, PlansNameInstantiatedKernelsAndCoverTheWork) {
       switch (pl.path) {
         case Path::decode:
           EXPECT_TRUE((pl.ch == 1 && pl.wmax == DecodeTraits::kScalarWmax) ||
-                      (pl.ch == 16 / shortconv::dtype_size(p.act_dtype) &&
+                      (pl.ch == DecodeTraits::kVecBytes / shortconv::dtype_size(p.act_dtype) &&
                        pl.wmax == DecodeTraits::kVecWmax && p.act_dtype != SC_F64 &&
                        p.W <= DecodeTraits::kVecWmax));
           EXPECT_LE(p.W, kMaxFastW);
@@ -292,31 +292,35 @@ Problem decode_step(int64_t B, int64_t T, int64_t D, int64_t P, int W, int S, sc
 }
 
 TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
-  // bf16, W = 4, one token per sequence: the vector instance, 8 channels per thread
+  // bf16, W = 4, one token per sequence: the vector instance, 2 channels (4 bytes) per thread
   Problem p = decode_step(64, 1, 8192, 1024, 4, 3, SC_BF16, false);
   Path cand[kMaxPaths];
   ASSERT_GE(candidate_paths(p, cand), 1);
   EXPECT_EQ(cand[0], Path::decode);
   ASSERT_EQ(choose_path(p), Path::decode);
   Plan pl = plan_for(p, Path::decode, 132);
-  EXPECT_EQ(pl.ch, 8);
+  EXPECT_EQ(pl.ch, 2);
   EXPECT_EQ(pl.wmax, DecodeTraits::kVecWmax);
-  EXPECT_EQ(pl.state_io, StateIo::row_vec);  // [P, D, S] rows: 3 16-byte vectors per thread
+  EXPECT_EQ(pl.state_io, StateIo::row_vec);  // [P, D, S] rows: 3 4-byte words per thread
   EXPECT_EQ(pl.smem, DecodeTraits::rowvec_smem(3));
   EXPECT_EQ(pl.grid_x, 64);
-  EXPECT_EQ(pl.grid_y, 8192 / (DecodeTraits::kThreads * 8));
+  EXPECT_EQ(pl.grid_y, 8192 / (DecodeTraits::kThreads * 2));
   EXPECT_EQ(workspace_bytes(p).value(), 0);
 
-  // vLLM's pools (stride(D) = 1): one vector per entry, no shared memory
+  // vLLM's pools (stride(D) = 1): one word per entry, no shared memory
   pl = plan_for(decode_step(8, 4, 4096, 1024, 4, 6, SC_BF16, true), Path::decode, 132);
   EXPECT_EQ(pl.state_io, StateIo::channel_vec);
   EXPECT_EQ(pl.smem, 0u);
 
-  // fp32: 4 channels per thread; rows longer than kRowVecMaxS, other state dtypes and
-  // ring rows: element by element
+  // fp32: the vector instance with 1 channel per thread; rows longer than kRowVecMaxS,
+  // other state dtypes and ring rows: element by element; an odd D of bf16: scalar
   pl = plan_for(decode_step(8, 1, 4096, 64, 4, 3, SC_F32, false), Path::decode, 132);
-  EXPECT_EQ(pl.ch, 4);
+  EXPECT_EQ(pl.ch, 1);
+  EXPECT_EQ(pl.wmax, DecodeTraits::kVecWmax);
   EXPECT_EQ(pl.state_io, StateIo::row_vec);
+  pl = plan_for(decode_step(8, 1, 4095, 64, 4, 3, SC_BF16, false), Path::decode, 132);
+  EXPECT_EQ(pl.ch, 1);
+  EXPECT_EQ(pl.wmax, DecodeTraits::kScalarWmax);
   p = decode_step(8, 1, 4096, 64, 4, DecodeTraits::kRowVecMaxS + 1, SC_BF16, false);
   EXPECT_EQ(plan_for(p, Path::decode, 132).state_io, StateIo::scalar);
   p = decode_step(8, 1, 4096, 64, 4, 3, SC_BF16, true);
