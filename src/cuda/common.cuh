@@ -67,6 +67,13 @@ __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ double to_f(double v) { return v; }
 
+// The sc_dtype code of a storage type.
+template <class T> struct DtypeCode;
+template <> struct DtypeCode<float> { static constexpr int32_t value = SC_F32; };
+template <> struct DtypeCode<__half> { static constexpr int32_t value = SC_F16; };
+template <> struct DtypeCode<__nv_bfloat16> { static constexpr int32_t value = SC_BF16; };
+template <> struct DtypeCode<double> { static constexpr int32_t value = SC_F64; };
+
 // Rounds an accumulator to the storage type T (round to nearest even).
 template <class T, class A>
 __device__ __forceinline__ T to_t(A v) {

@@ -265,6 +265,33 @@ __device__ void write_row(const Args& a, Rows<T, CH>& rows, const Seq& q, const 
   }
 }
 
+// The taps and bias of the thread's CH channels.  A contiguous [D, W]
+// weight of x's dtype with W = WMAX holds them as one 16-byte vector
+// (CH * WMAX * sizeof(T) = kVecBytes * kVecWmax): one load, not CH * WMAX.
+template <class T, int WMAX, int CH, class A>
+__device__ __forceinline__ void decode_taps(const Args& a, int64_t d0, int kpad, A scale,
+                                            A (&wp)[WMAX][CH], A (&bs)[CH]) {
+  constexpr int kN = WMAX * CH;
+  if constexpr (kN * int(sizeof(T)) == 16) {
+    const T* w = static_cast<const T*>(a.weight.p) + d0 * WMAX;
+    if (kpad == 0 && a.weight.dt == DtypeCode<T>::value && a.weight.s1 == 1 && a.weight.s0 == WMAX &&
+        reinterpret_cast<uintptr_t>(w) % 16 == 0) {
+      const Pack<T, kN> v = ldp<T, kN>(w);
+      A bf[CH];
+      if (a.bias.p)
+        ld_many(a.bias, [&](int c) { return (d0 + c) * a.bias.s0; }, [](int) { return true; }, bf);
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+#pragma unroll
+        for (int j = 0; j < WMAX; ++j) wp[j][c] = scale * A(v.get(c * WMAX + j));
+        bs[c] = a.bias.p ? scale * bf[c] : A(0);
+      }
+      return;
+    }
+  }
+  load_taps<A, WMAX, CH>(a.weight, a.bias, d0, a.D, kpad, scale, wp, bs);
+}
+
 template <class T, int WMAX, int CH>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, DecodeTraits::kMinBlocksPerSm)
     fwd_decode(const Args a) {
@@ -302,7 +329,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, DecodeTraits::kMinBloc
   const P x0 = q.L > 0 ? ldp<T, CH>(xp) : P::zero();
   if (rows.io == StateIo::row_vec) rows.stage_in(in);
   A wp[WMAX][CH], bs[CH];
-  load_taps<A, WMAX, CH>(a.weight, a.bias, d0, a.D, kpad, scale, wp, bs);
+  decode_taps<T, WMAX, CH>(a, d0, kpad, scale, wp, bs);
   A sl[H][CH];  // sl[i] = u[s - H + i]: the window, padded at the front
 #pragma unroll
   for (int i = 0; i < H; ++i) {
