@@ -382,13 +382,15 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
           A v = A(0);
+          // weight[W-1-m] * dpre(t + m), newest dpre first: bwd_tm's order, so
+          // dx is bitwise the same in either layout (semantics section 6)
           if (lim == VEC + H) {
 #pragma unroll
-            for (int m = 0; m < WMAX; ++m)  // weight[W-1-m] * dpre(t + m)
+            for (int m = WMAX - 1; m >= 0; --m)
               if (m < W) v = fma(wr[m], dp[i + m], v);
           } else {
 #pragma unroll
-            for (int m = 0; m < WMAX; ++m)
+            for (int m = WMAX - 1; m >= 0; --m)
               if (m < W && i + m < lim) v = fma(wr[m], dp[i + m], v);
           }
           const int64_t t = tp + i;
