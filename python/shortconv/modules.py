@@ -124,7 +124,8 @@ class ShortConvolution(nn.Conv1d):
                 raise invalid(where, "mask: expected shape [B, T] = %s, got %s"
                               % (list(x.shape[:2]), list(mask.shape)))
             x = x * mask.unsqueeze(-1).to(x.dtype)
-        decode = B * T == N and all(k in _DECODE_HINTS or v is None for k, v in kwargs.items())
+        decode = B * T == N and (not kwargs or all(k in _DECODE_HINTS or v is None
+                                                   for k, v in kwargs.items()))
         if decode and cache is not None:
             return self._decode(x, residual, cache, output_final_state, cu_seqlens)
         if decode and not torch.is_grad_enabled():
