@@ -97,7 +97,9 @@ class ShortConvolution(nn.Conv1d):
         return self.hidden_size * self.kernel_size[0]
 
     def _weight2d(self):
-        return self.weight[:, 0]  # [D, 1, W] -> [D, W], a view
+        # [D, 1, W] -> [D, W], a view whose backward is a view too (indexing's, weight[:, 0],
+        # allocates a zero [D, 1, W] and copies dweight into it: two kernels per step)
+        return self.weight.squeeze(1)
 
     def forward(self, x, residual=None, mask=None, cache=None, output_final_state=False,
                 cu_seqlens=None, chunk_indices=None, **kwargs):
