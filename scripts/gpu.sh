@@ -107,7 +107,8 @@ if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
   stage pybench env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     "$PY" -m shortconv.bench --device cuda --budget ${GPU_PYBENCH_BUDGET:-0.3} \
     $([ -s "$LOG/bench.json" ] && echo --cli-json "$LOG/bench.json")
-  # the decode section through the PyTorch API: eager vs one torch op, graph replays
+  # the decode section through the PyTorch API: eager vs one torch op, graph replays, the
+  # host path of one step per entry point against torch.mul
   stage pydecode env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     "$PY" -m shortconv.bench --device cuda --decode --budget ${GPU_PYBENCH_BUDGET:-0.3}
 fi
@@ -128,7 +129,7 @@ grep -h -A12 'Failure' "$LOG/tests.log" 2>/dev/null | cut -c1-400 | head -60
 grep -hE 'ERROR SUMMARY|Race reports|RACECHECK SUMMARY' "$LOG/memcheck.log" "$LOG/racecheck.log" 2>/dev/null
 tail -n 1 "$LOG/pyconform.log" "$LOG/pytest.log" 2>/dev/null
 [ -s "$LOG/pybench.log" ] && tail -n 22 "$LOG/pybench.log"
-[ -s "$LOG/pydecode.log" ] && tail -n 34 "$LOG/pydecode.log"
+[ -s "$LOG/pydecode.log" ] && tail -n 44 "$LOG/pydecode.log"  # the table and the host-path rows
 [ -s "$LOG/cpuisa.log" ] && grep -E '^== |copy|GB/s|^ *(dense|packed|long|small)|tests|PASSED|FAILED' "$LOG/cpuisa.log" | head -60
 if [ -s "$LOG/bench.json" ]; then
   python3 - "$LOG/bench.json" "$LOG/bench_base.json" <<'EOF'

@@ -9,16 +9,20 @@ Where the library is looked for, first hit wins:
 
 Host overhead matters (a small call should cost a few µs of Python), so an
 sc_conv_args is not built field by field through ctypes attributes: each call
-copies a pre-initialised byte template (sc_conv_args_init's output) into one
-fresh ctypes buffer and writes each present tensor description with a single
-precompiled struct.pack_into at the field's offset.  The buffer also holds the
-size_t the workspace query writes and the sc_error message, so a call shares
-nothing with other threads.  Two more savings:
+takes a ctypes buffer from a free list, copies a pre-initialised byte template
+(sc_conv_args_init's output) into it and writes each present tensor description
+with a single precompiled struct.pack_into at the field's offset (describe()).
+The buffer also holds the size_t the workspace query writes and the sc_error
+message; it goes back to the free list when the library has returned, so a call
+shares nothing with other threads or with a call made while it is being filled.
+More savings:
   - the workspace size of a call signature (shapes, dtypes, which tensors are
     present, scalars) is remembered, so a repeated signature makes one C call
     (the run, which checks the size again) instead of two;
   - a backward starts from a snapshot of its forward's buffer (x, weight, bias,
-    cu_seqlens, initial_state already described) instead of describing them again.
+    cu_seqlens, initial_state already described) instead of describing them again;
+  - the common calls skip Call altogether (_fast.py: one pass over the buffer with
+    describe(), the same bytes).
 
 Layout of the per-call buffer:
   [0, ARGS_SIZE)                 sc_conv_args
@@ -284,7 +288,14 @@ _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.curre
 _empty = torch.empty
 _zeros = torch.zeros
 _empty_like = torch.empty_like
-_Storage = torch.UntypedStorage
+
+if hasattr(torch._C, "StorageBase"):
+    class _Storage(torch._C.StorageBase):
+        """A workspace: untyped storage from torch's allocator (the caching allocator on
+        CUDA), without torch.UntypedStorage's Python-level constructor (a quarter of its
+        cost)."""
+else:  # pragma: no cover - older torch
+    _Storage = torch.UntypedStorage
 
 
 # Workspace bytes by call signature (Call._run_here): a workspace query is a full validation
@@ -292,6 +303,109 @@ _Storage = torch.UntypedStorage
 # when full (a stream of new shapes costs what it cost without the cache).
 _WS_BYTES = {}
 _WS_BYTES_MAX = 4096
+
+
+# Per-call buffers: a call takes one from this free list and gives it back once the library
+# has returned (list.pop / append are atomic, so each thread, and a call made from inside
+# another -- e.g. by a torch function mode --, holds its own); a buffer taken starts over
+# from the template (one memcpy through .raw), so a call shares nothing with another.
+_FREE = []
+_FREE_MAX = 16
+
+
+def _take(state=_TEMPLATE):
+    """(buffer, its address), holding ``state`` (the template, or a forward's snapshot)."""
+    try:
+        buf, base = _FREE.pop()
+    except IndexError:
+        buf = _Buf()
+        base = ctypes.addressof(buf)
+    buf.raw = state
+    return buf, base
+
+
+def _give_back(buf, base):
+    if len(_FREE) < _FREE_MAX:
+        _FREE.append((buf, base))
+
+
+def describe(buf, off, t, codes, cuda_index):
+    """Pack the description of ``t`` at ``off`` when it is the common case: a plain tensor
+    (or Parameter) on the call's device (``cuda_index``: -1 for the CPU), of a dtype in
+    ``codes``, with strided memory holding its values and 1 to 4 dims.  Returns (shape,
+    strides, data pointer, dtype code), or None for anything else, which Call.set then
+    handles (a copy of a lazy view) or refuses with its error."""
+    tt = type(t)
+    if (tt is not _TorchTensor and tt is not _Parameter) or t.is_neg():
+        return None
+    if cuda_index < 0:
+        if not t.is_cpu:
+            return None
+    elif t.get_device() != cuda_index or not t.is_cuda:  # (-1 for a CPU tensor)
+        return None
+    code = codes.get(t.dtype)
+    if code is None:
+        return None
+    try:
+        shape = t.shape
+        strides = t.stride()
+        ptr = t.data_ptr()
+    except (RuntimeError, NotImplementedError):  # no strided memory: Call.set says why
+        return None
+    nd = len(shape)
+    if nd == 0 or nd > _MAX_DIMS:
+        return None
+    _TENSOR_PACK[nd](buf, off, ptr, code, nd, *shape, *strides)
+    return shape, strides, ptr, code
+
+
+def describe_tokens(buf, off, t, cuda_index):
+    """describe() for an activation of a decode step: [N, D] (one token per sequence) is
+    described as [N, 1, D] (the view unsqueeze(1) would make, without making it), [N, T, D]
+    as it is; None for anything else."""
+    tt = type(t)
+    if (tt is not _TorchTensor and tt is not _Parameter) or t.is_neg():
+        return None
+    if cuda_index < 0:
+        if not t.is_cpu:
+            return None
+    elif t.get_device() != cuda_index or not t.is_cuda:
+        return None
+    code = FLOAT_CODES.get(t.dtype)
+    if code is None:
+        return None
+    try:
+        shape = t.shape
+        strides = t.stride()
+        ptr = t.data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    nd = len(shape)
+    if nd == 2:
+        n, d = shape
+        sn, sd = strides
+        _TENSOR_PACK[3](buf, off, ptr, code, 3, n, 1, d, sn, d * sd, sd)
+    elif nd == 3:
+        _TENSOR_PACK[3](buf, off, ptr, code, 3, *shape, *strides)
+    else:
+        return None
+    return shape, strides, ptr, code
+
+
+def exec_fields(buf, x):
+    """Write exec for a call on x's device; x's CUDA device index, -1 for the CPU, or None
+    when x is on another kind of device (nothing written)."""
+    if x.is_cuda:
+        index = x.get_device()
+        _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CUDA, 0, 0, 0, _raw_stream(index))
+        return index
+    if x.is_cpu:
+        _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CPU, _num_threads(), 0, 0, 0)
+        return -1
+    return None
+
+
+_num_threads = torch.get_num_threads
 
 
 class Call:
@@ -302,7 +416,8 @@ class Call:
     through torch (the caching allocator; inside a CUDA-graph capture it comes
     from the graph's pool) and run.  Errors are raised with ``where`` (the public
     function's name) in front of the library's message, with argument names
-    translated through ``rename``.
+    translated through ``rename``.  The buffer goes back to the free list when the
+    library returns: a Call runs once.
 
     CUDA: exec.stream is torch's current stream on x's device, and the call
     runs with x's device current (kernels cannot be launched on another
@@ -312,8 +427,7 @@ class Call:
     __slots__ = ("buf", "base", "device", "cuda_index", "where", "rename", "keep", "sig")
 
     def __init__(self, where, x, width, state_len, activation, rename=None):
-        self.buf = buf = _Buf.from_buffer_copy(_TEMPLATE)
-        self.base = ctypes.addressof(buf)
+        self.buf, self.base = buf, _ = _take()
         self.where = where
         self.rename = rename
         self.keep = None
@@ -330,17 +444,13 @@ class Call:
         the execution fields of now (torch's current stream, thread count)."""
         self = cls.__new__(cls)
         buf_bytes, sig, self.device, index = snapshot
-        self.buf = buf = _Buf.from_buffer_copy(buf_bytes)
-        self.base = ctypes.addressof(buf)
+        self.buf, self.base = buf, _ = _take(buf_bytes)
         self.where = where
         self.rename = None
         self.keep = None
         self.sig = list(sig)
         self.cuda_index = index
-        if index >= 0:
-            _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CUDA, 0, 0, 0, _raw_stream(index))
-        else:
-            _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CPU, torch.get_num_threads(), 0, 0, 0)
+        stream_fields(buf, index)
         return self
 
     def snapshot(self):
@@ -348,19 +458,15 @@ class Call:
         copy (that copy is not kept alive until a backward)."""
         if self.keep is not None:
             return None
-        return bytes(self.buf), tuple(self.sig), self.device, self.cuda_index
+        return self.buf.raw, tuple(self.sig), self.device, self.cuda_index
 
     def _exec(self, x):
         self.device = x.device
-        if x.is_cuda:
-            self.cuda_index = index = x.get_device()
-            _EXEC_PACK(self.buf, _EXEC_OFF, SC_BACKEND_CUDA, 0, 0, 0, _raw_stream(index))
-        elif x.is_cpu:
-            self.cuda_index = -1
-            _EXEC_PACK(self.buf, _EXEC_OFF, SC_BACKEND_CPU, torch.get_num_threads(), 0, 0, 0)
-        else:
+        index = exec_fields(self.buf, x)
+        if index is None:
             raise ValueError("%s: x is on device %s; shortconv runs on cpu and cuda tensors"
                              % (self.where, x.device))
+        self.cuda_index = index
 
     def name(self, field):
         if self.rename:
@@ -375,6 +481,15 @@ class Call:
         ``output``: the library writes ``t`` (the decode cache), so its memory
         must hold exactly its values (no lazily negated view to resolve).
         """
+        d = describe(self.buf, OFF[field], t, codes, self.cuda_index)
+        if d is None:
+            return self._set(field, t, codes, output)
+        shape, strides, ptr, code = d
+        self.sig.append((field, shape, code))
+        return shape, strides, ptr
+
+    def _set(self, field, t, codes, output):
+        """set() for what describe() leaves: a resolved copy, or the error naming why not."""
         tt = type(t)
         resolved = (tt is not _TorchTensor and tt is not _Parameter) or t.is_neg()
         if resolved:
@@ -519,13 +634,17 @@ class Call:
         self.sig.append(("block_size", block_size))
 
     def _raise(self, status):
-        msg = ctypes.string_at(self.base + ERR_OFF).decode(errors="replace")
-        if self.rename:  # whole words only: initial_state is not inside has_initial_state
-            msg = re.sub(r"(?<![A-Za-z0-9_])(%s)(?![A-Za-z0-9_])"
-                         % "|".join(re.escape(k) for k in self.rename),
-                         lambda m: self.rename[m.group(1)], msg)
-        kind = _lib.sc_status_string(status).decode()
-        raise ShortConvError("%s: %s: %s" % (self.where, kind, msg), status)
+        raise library_error(self.base, self.where, self.rename, status)
+
+    def _finish(self, status):
+        """The buffer back to the free list (this Call is done), after raising the library's
+        error when ``status`` is one."""
+        try:
+            if status:
+                self._raise(status)
+        finally:
+            _give_back(self.buf, self.base)
+            self.buf = None
 
     def _run(self, direction, query, run):
         if self.cuda_index >= 0 and self.cuda_index != _current_device():
@@ -533,46 +652,10 @@ class Call:
                 return self._run_here(direction, query, run)
         return self._run_here(direction, query, run)
 
-    def _query(self, query):
-        base = self.base
-        status = query(base, base + WS_OFF, base + ERR_OFF)
-        if status:
-            self._raise(status)
-        return _SIZE_UNPACK(self.buf, WS_OFF)[0]
-
     def _run_here(self, direction, query, run):
-        # The workspace size is a function of shapes, dtypes, which tensors are present
-        # and the scalars (CONTRIBUTING.md), all in sig; the run checks it again and
-        # reports SC_ERR_WORKSPACE, before writing anything, if it falls short.
         key = (direction, self.cuda_index, *self.sig)
-        nbytes = _WS_BYTES.get(key)
-        cached = nbytes is not None
-        if not cached:
-            nbytes = self._query(query)
-            if len(_WS_BYTES) >= _WS_BYTES_MAX:
-                _WS_BYTES.clear()
-            _WS_BYTES[key] = nbytes
-        while True:
-            # scratch from torch's allocator (a storage: the cheapest allocation); it may be
-            # freed when the call returns: the caching allocator hands it out again only for
-            # work queued later on the same stream (or, inside a CUDA-graph capture, later in
-            # the same graph)
-            ws = None
-            if nbytes:
-                ws = (_Storage(nbytes) if self.cuda_index < 0
-                      else _Storage(nbytes, device=self.device))
-                _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, ws.data_ptr(), nbytes)
-            else:
-                _WORKSPACE_PACK(self.buf, _WORKSPACE_OFF, 0, 0)
-            base = self.base
-            status = run(base, base + ERR_OFF)
-            if status == SC_ERR_WORKSPACE and cached:  # a size the signature did not determine
-                nbytes = _WS_BYTES[key] = self._query(query)
-                cached = False
-                continue
-            if status:
-                self._raise(status)
-            return
+        self._finish(run_call(self.buf, self.base, key, self.cuda_index, self.device, query,
+                              run))
 
     def run_forward(self):
         """sc_forward.  A CUDA forward needs no workspace (its size is 0 for every problem),
@@ -591,8 +674,114 @@ class Call:
         status = _sc_forward(base, base + ERR_OFF)  # (exec.workspace: NULL, 0 bytes)
         if status == SC_ERR_WORKSPACE:
             return self._run_here(0, _sc_forward_ws, _sc_forward)
-        if status:
-            self._raise(status)
+        self._finish(status)
 
     def run_backward(self):
         self._run(1, _sc_backward_ws, _sc_backward)
+
+
+def library_error(base, where, rename, status):
+    """The ShortConvError of a failed call: ``where``, the status and the library's message
+    (argument names translated through ``rename``)."""
+    msg = ctypes.string_at(base + ERR_OFF).decode(errors="replace")
+    if rename:  # whole words only: initial_state is not inside has_initial_state
+        msg = re.sub(r"(?<![A-Za-z0-9_])(%s)(?![A-Za-z0-9_])"
+                     % "|".join(re.escape(k) for k in rename),
+                     lambda m: rename[m.group(1)], msg)
+    kind = _lib.sc_status_string(status).decode()
+    return ShortConvError("%s: %s: %s" % (where, kind, msg), status)
+
+
+def forward_on(buf, base, cuda_index, key, where, rename=None):
+    """sc_forward on a buffer filled without a Call (a fast path), which is then given
+    back; raises the library's error.  ``key``: the call signature (run_call), needed on
+    the CPU only: a CUDA forward needs no workspace, so it runs without a size query (and a
+    CUDA forward that reports SC_ERR_WORKSPACE after all is redone with a queried one)."""
+    try:
+        if cuda_index < 0:
+            status = run_call(buf, base, key, -1, None, _sc_forward_ws, _sc_forward)
+        elif cuda_index != _current_device():
+            with torch.cuda.device(cuda_index):
+                status = _forward_cuda_on(buf, base, cuda_index)
+        else:
+            status = _forward_cuda_on(buf, base, cuda_index)
+        if status:
+            raise library_error(base, where, rename, status)
+    finally:
+        _give_back(buf, base)
+
+
+def _forward_cuda_on(buf, base, cuda_index):
+    status = _sc_forward(base, base + ERR_OFF)  # (exec.workspace: NULL, 0 bytes)
+    if status == SC_ERR_WORKSPACE:
+        device = torch.device("cuda", cuda_index)
+        return run_call(buf, base, None, cuda_index, device, _sc_forward_ws, _sc_forward)
+    return status
+
+
+def backward_on(buf, base, cuda_index, device, key, where):
+    """sc_backward on a buffer filled without a Call, which is then given back (the
+    workspace size remembered for ``key``, run_call); raises the library's error."""
+    try:
+        if cuda_index >= 0 and cuda_index != _current_device():
+            with torch.cuda.device(cuda_index):
+                status = run_call(buf, base, key, cuda_index, device, _sc_backward_ws,
+                                  _sc_backward)
+        else:
+            status = run_call(buf, base, key, cuda_index, device, _sc_backward_ws,
+                              _sc_backward)
+        if status:
+            raise library_error(base, where, None, status)
+    finally:
+        _give_back(buf, base)
+
+
+def stream_fields(buf, cuda_index):
+    """exec's backend, threads and stream now (a buffer resumed from a snapshot)."""
+    if cuda_index >= 0:
+        _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CUDA, 0, 0, 0, _raw_stream(cuda_index))
+    else:
+        _EXEC_PACK(buf, _EXEC_OFF, SC_BACKEND_CPU, _num_threads(), 0, 0, 0)
+
+
+def run_call(buf, base, key, cuda_index, device, query, run):
+    """Run ``run`` (sc_forward / sc_backward) on a filled buffer with a workspace from torch
+    of the size remembered for ``key`` (queried with ``query`` and remembered when new);
+    returns the status.
+
+    The workspace size is a function of shapes, dtypes, which tensors are present and the
+    scalars (CONTRIBUTING.md), all in ``key``; the run checks it again and reports
+    SC_ERR_WORKSPACE, before writing anything, if it falls short (then the size is queried
+    afresh).  The scratch is a torch storage (the cheapest allocation); it may be freed when
+    the call returns: the caching allocator hands it out again only for work queued later on
+    the same stream (or, inside a CUDA-graph capture, later in the same graph).  ``key``
+    None: queried every time.  ``device``: the CUDA device (a torch.device), None on the
+    CPU."""
+    nbytes = _WS_BYTES.get(key) if key is not None else None
+    cached = nbytes is not None
+    if not cached:
+        status = query(base, base + WS_OFF, base + ERR_OFF)
+        if status:
+            return status
+        nbytes = _SIZE_UNPACK(buf, WS_OFF)[0]
+        if key is not None:
+            if len(_WS_BYTES) >= _WS_BYTES_MAX:
+                _WS_BYTES.clear()
+            _WS_BYTES[key] = nbytes
+    while True:
+        ws = None
+        if nbytes:
+            ws = _Storage(nbytes) if cuda_index < 0 else _Storage(nbytes, device=device)
+            _WORKSPACE_PACK(buf, _WORKSPACE_OFF, ws.data_ptr(), nbytes)
+        else:
+            _WORKSPACE_PACK(buf, _WORKSPACE_OFF, 0, 0)
+        status = run(base, base + ERR_OFF)
+        if status != SC_ERR_WORKSPACE or not cached:  # else a size the key did not determine
+            return status
+        cached = False
+        status = query(base, base + WS_OFF, base + ERR_OFF)
+        if status:
+            return status
+        nbytes = _SIZE_UNPACK(buf, WS_OFF)[0]
+        if key is not None:
+            _WS_BYTES[key] = nbytes

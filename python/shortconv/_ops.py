@@ -246,6 +246,15 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
     return y
 
 
+_increment_version = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
+if _increment_version is None:  # torch < 2.1
+    def _increment_version(t):
+        # An in-place op on an empty view bumps the version counter t shares
+        # with its base and every other view, and touches no memory.
+        with torch.no_grad():
+            t[:0].zero_()
+
+
 # ---- autograd -------------------------------------------------------------------
 # Inputs of the forward, in order: x, weight, bias, residual, initial_state,
 # cu_seqlens, state_len, activation, output_final_state, seq_idx, state_rows.

@@ -30,7 +30,8 @@ host overhead.
   CPU the kernels run in the calling thread, so the row is measured with the library
   validating every call but computing nothing (the host path alone: every Python step,
   the C validation, the allocations).  On a GPU both are reported.
-- --decode: the decode section instead (shortconv/bench_decode.py).
+- --decode: the decode section instead (shortconv/bench_decode.py), with the host path of
+  one step per entry point against torch.mul (--no-overhead leaves it out).
 """
 
 import argparse
@@ -481,15 +482,21 @@ def main(argv=None):
     if a.decode:
         from . import bench_decode
         dtype = DTYPES[a.dtype] if a.dtype else torch.bfloat16
-        cases = None
+        cases, step = None, {}
         if a.shape:  # one step: batch x tokens x D, both pool layouts
             B, T, D = (int(v) for v in a.shape.lower().split("x"))
             cases = [(layout, D, T, B) for layout in ("vllm", "rows")]
+            step = dict(D=D, batch=B)
         rows = bench_decode.run(device, budget, bw, dtype, cases=cases,
                                 out=None if a.json else print)
+        host = None
+        if not a.no_overhead:
+            host = bench_decode.host_path(device, budget, dtype, out=None if a.json else print,
+                                          **step)
         if a.json:
             print(json.dumps(dict(device=device, torch=torch.__version__, copy_GBps=bw,
-                                  library=shortconv.library_path, decode=rows), indent=1))
+                                  library=shortconv.library_path, decode=rows,
+                                  decode_host_path=host), indent=1))
         return 0
     devname = torch.cuda.get_device_name() if device == "cuda" else "cpu (%d threads)" % (
         torch.get_num_threads())

@@ -15,6 +15,15 @@ Reported per case, all measured in the same run:
   the floor (bytes of x, y and the state entries read and written over the copy bandwidth
   of this run) and the fraction of it, and an "empty" kernel's GPU time from a graph of 100
   launches of the smallest kernel torch launches (a one-element ``add_``), with the ratio.
+
+Then the host path of one step (host_path: batch 8, one token, 1+3 tokens for the
+speculative row; D = 4096 on a GPU, D = 16 on the CPU, where torch.mul of a larger x
+computes for longer than its host path) through each entry point -- shortconv.causal_conv1d_update,
+shortconv.vllm.causal_conv1d_update (plain and speculative) and
+shortconv.dao.causal_conv1d_update -- against ``torch.mul(x, x)`` on the step's x, in
+interleaved rounds of the same run (bench.paired): the call with the library validating
+every call but computing nothing (bench.validation_only: the host path alone, on either
+device), and on a GPU the eager call too.  ratio = ours / torch.mul.
 """
 
 import statistics
@@ -97,6 +106,61 @@ def graph_us(fn, reps=20):
         e1.synchronize()
         t.append(e0.elapsed_time(e1) * 1e3 / GRAPH_CALLS)
     return statistics.median(t)
+
+
+def _against_mul(m):
+    """bench.paired's figures with torch.mul in place of its no-op: ours, torch.mul, their
+    ratio, and ours - torch.mul (median of the paired rounds; fastest rounds')."""
+    return dict(ours_us=m["ours_us"], torch_mul_us=m["noop_us"],
+                ratio=m["ours_us"] / m["noop_us"], beyond_us=m["own_us"],
+                beyond_min_us=m["own_min_us"], rounds=m["rounds"])
+
+
+def host_path(device, budget, dtype=torch.bfloat16, D=None, batch=8, out=print):
+    """The host path of one decode step per entry point against torch.mul (module docstring):
+    a list of result dicts (and a table via out)."""
+    from .bench import paired, validation_only
+
+    if D is None:
+        D = 4096 if device == "cuda" else 16
+
+    x, pool, kw, _ = make_step("rows", D, 1, batch, dtype, device)
+    x1 = x[:, 0]  # [batch, D]: one token per sequence
+    w, b, rows = kw["weight"], kw["bias"], kw["cache_indices"]
+    xs, spool, skw, _ = make_step("vllm", D, 4, batch, dtype, device)
+    xv = xs.transpose(1, 2)  # vLLM's [batch, dim, seqlen]
+    calls = [
+        ("shortconv.causal_conv1d_update", x1,
+         lambda: shortconv.causal_conv1d_update(x1, pool, **kw)),
+        ("vllm.causal_conv1d_update", x1,
+         lambda: shortconv.vllm.causal_conv1d_update(x1, pool, w, b, True, rows)),
+        ("vllm, 1+3 tokens, num_accepted", xv,
+         lambda: shortconv.vllm.causal_conv1d_update(xv, spool, w, b, True, rows,
+                                                     num_accepted_tokens=skw["num_accepted"])),
+        ("dao.causal_conv1d_update", x1,
+         lambda: shortconv.dao.causal_conv1d_update(x1, pool, w, b, "silu", None, rows)),
+    ]
+    results = []
+    if out:
+        out("\nhost path of one step (D=%d, batch %d, every %dth slot padded; us per call, "
+            "interleaved rounds; ratio = ours / torch.mul(x, x) on the step's x):"
+            % (D, batch, PAD_EVERY))
+    for name, xt, call in calls:
+        mul = (lambda t: lambda: torch.mul(t, t))(xt)
+        r = dict(entry=name, D=D, batch=batch)
+        with validation_only():
+            r["host_path"] = _against_mul(paired(call, mul, device, budget))
+        if device == "cuda":
+            r["eager"] = _against_mul(paired(call, mul, device, budget))
+        results.append(r)
+        if out:
+            for what in ("host_path", "eager"):
+                if what in r:
+                    m = r[what]
+                    out("  %-34s %-9s ours %7.1f  torch.mul %6.1f  ratio %5.1f" % (
+                        name, "host path" if what == "host_path" else "eager", m["ours_us"],
+                        m["torch_mul_us"], m["ratio"]))
+    return results
 
 
 def run(device, budget, copy_GBps, dtype=torch.bfloat16, cases=None, out=print):

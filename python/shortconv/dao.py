@@ -39,7 +39,6 @@ __all__ = ["causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_varlen_sta
            "CausalConv1dError"]
 
 _Tensor = torch.Tensor
-# The core's optional arguments this build has (ring buffers arrived after the rest).
 
 
 class CausalConv1dError(ShortConvError, RuntimeError):
@@ -148,20 +147,21 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     if conv_state.dtype != x.dtype:
         raise _error(where, "conv_state: expected x's dtype %s, got %s"
                      % (x.dtype, conv_state.dtype))
-    extra = {} if cache_seqlens is None else {"cache_seqlens": cache_seqlens}
-    xt = x if x.dim() == 2 else x.transpose(1, 2)  # the core's [batch, dim] / [batch, T, dim]
+    two_dims = x.dim() == 2
+    xt = x if two_dims else x.transpose(1, 2)  # the core's [batch, dim] / [batch, T, dim]
     try:
         y, _ = _F.causal_conv1d_update(xt, conv_state, weight=weight, bias=bias,
                                        activation=activation, cache_indices=conv_state_indices,
-                                       **extra)
+                                       cache_seqlens=cache_seqlens)
     except CausalConv1dError:
         raise
     except ShortConvError as e:
         raise CausalConv1dError("%s: %s" % (where, e), e.status) from None
     if conv_state_indices is not None:
         # causal-conv1d writes 0 for padded rows; the core computed them from a zero state.
-        y.masked_fill_((conv_state_indices < 0).view((-1,) + (1,) * (y.dim() - 1)), 0)
-    return y if x.dim() == 2 else y.transpose(1, 2)
+        y.masked_fill_((conv_state_indices < 0).view(-1, 1) if two_dims
+                       else (conv_state_indices < 0).view(-1, 1, 1), 0)
+    return y if two_dims else y.transpose(1, 2)
 
 
 def causal_conv1d_varlen_states(x, cu_seqlens, state_len):

@@ -13,7 +13,7 @@ Conventions (docs/semantics.md is the law):
 
 import torch
 
-from . import _ops
+from . import _fast, _ops
 from ._args import check_flag, check_state_len, check_tensors
 from ._lib import INT32_MAX, invalid
 from ._ops import activation_code
@@ -30,13 +30,10 @@ if getattr(_forward_ad, "_current_level", None) is None:
 
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
-_increment_version = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
-if _increment_version is None:  # torch < 2.1
-    def _increment_version(t):
-        # An in-place op on an empty view bumps the version counter t shares
-        # with its base and every other view, and touches no memory.
-        with torch.no_grad():
-            t[:0].zero_()
+# The defaults of causal_conv1d_update's block_size and pad_slot_id, compared by identity on
+# the fast path (another object equal to them, 0.0 or numpy's 0, takes the checked path).
+_NO_BLOCKS, _NO_PAD = 0, -1
+_increment_version = _ops._increment_version
 
 
 def _flatten_heads(t):
@@ -118,6 +115,14 @@ def causal_conv1d(x, weight=None, bias=None, residual=None, initial_state=None,
     Tensors must be dense strided; a lazily negated view is read as its values
     (a copy), sparse / nested / __torch_dispatch__ tensors are a TypeError.
     """
+    # x, weight, bias and cu_seqlens only, in one pass (_fast.plain_call); anything else, or
+    # anything it does not take, below.
+    if (residual is None and initial_state is None and seq_idx is None and cp_context is None
+            and output_final_state is False and not kwargs and _forward_ad._current_level < 0
+            and not _ops.use_custom_op()):
+        y = _fast.plain_call(x, weight, bias, cu_seqlens, state_len, activation)
+        if y is not None:
+            return y, None
     where = "shortconv.causal_conv1d"
     if weight is None:
         raise ValueError("shortconv.causal_conv1d: weight: required ([D, W])")
@@ -249,6 +254,16 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
 
     The state addressing and the serving steps are docs/semantics.md section 5.
     """
+    # The common decode step in one pass (x, cache, weight, bias, cache_indices and
+    # num_accepted: _fast.update_fast); anything else, or anything it does not take, below.
+    if (residual is None and cu_seqlens is None and has_initial_state is None
+            and cache_seqlens is None and parent_tokens is None and block_table is None
+            and initial_block is None and final_block is None and first_block is None
+            and computed_tokens is None and block_size is _NO_BLOCKS and pad_slot_id is _NO_PAD
+            and not _ops.use_custom_op()):
+        y = _fast.update_fast(x, cache, weight, bias, cache_indices, num_accepted, activation)
+        if y is not None:
+            return y, cache
     where = "shortconv.causal_conv1d_update"
     if weight is None:
         raise ValueError("shortconv.causal_conv1d_update: weight: required ([D, W])")

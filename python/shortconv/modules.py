@@ -97,7 +97,9 @@ class ShortConvolution(nn.Conv1d):
         return self.hidden_size * self.kernel_size[0]
 
     def _weight2d(self):
-        return self.weight[:, 0]  # [D, 1, W] -> [D, W], a view
+        # [D, 1, W] -> [D, W], a view whose backward is a view too (indexing's, weight[:, 0],
+        # allocates a zero [D, 1, W] and copies dweight into it: two kernels per step)
+        return self.weight.squeeze(1)
 
     def forward(self, x, residual=None, mask=None, cache=None, output_final_state=False,
                 cu_seqlens=None, chunk_indices=None, **kwargs):
@@ -124,7 +126,8 @@ class ShortConvolution(nn.Conv1d):
                 raise invalid(where, "mask: expected shape [B, T] = %s, got %s"
                               % (list(x.shape[:2]), list(mask.shape)))
             x = x * mask.unsqueeze(-1).to(x.dtype)
-        decode = B * T == N and all(k in _DECODE_HINTS or v is None for k, v in kwargs.items())
+        decode = B * T == N and (not kwargs or all(k in _DECODE_HINTS or v is None
+                                                   for k, v in kwargs.items()))
         if decode and cache is not None:
             return self._decode(x, residual, cache, output_final_state, cu_seqlens)
         if decode and not torch.is_grad_enabled():

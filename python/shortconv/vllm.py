@@ -151,7 +151,7 @@ def causal_conv1d_fn(x, weight, bias, conv_states, query_start_loc, cache_indice
         if cache_indices is None:
             cache = cache.narrow(0, 0, min(batch, cache.shape[0]))
         cache_indices, extra = _pad_args(where, cache_indices, pad_slot_id)
-    xs = x.to(conv_states.dtype)
+    xs = x if x.dtype == conv_states.dtype else x.to(conv_states.dtype)
     try:
         y, _ = _F.causal_conv1d_update(xs.t(), cache, weight=weight, bias=bias,
                                        activation=activation, cache_indices=cache_indices,
@@ -159,7 +159,8 @@ def causal_conv1d_fn(x, weight, bias, conv_states, query_start_loc, cache_indice
                                        has_initial_state=has_initial_state, **extra)
     except ShortConvError as e:
         raise _vllm_names(e, _FN_NAMES) from None
-    return y.t().to(x.dtype)
+    y = y.t()
+    return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
 def _prefix_caching(where, given, block_size_to_align=None):
@@ -239,8 +240,10 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
     Returns out, x's shape, dtype and layout.
     """
     where = "shortconv.vllm.causal_conv1d_update"
-    apc = _prefix_caching(where, (("block_idx_last_scheduled_token", block_idx_last_scheduled_token),
-                                  ("initial_state_idx", initial_state_idx)))
+    apc = ((block_idx_last_scheduled_token is not None or initial_state_idx is not None)
+           and _prefix_caching(where, (("block_idx_last_scheduled_token",
+                                        block_idx_last_scheduled_token),
+                                       ("initial_state_idx", initial_state_idx))))
     activation = _activation(where, activation)
     _check_tensor(where, "x", x, (2, 3), "[batch, dim], [batch, dim, seqlen] or [tokens, dim]")
     _check_tensor(where, "weight", weight, (2,), "(dim, width)")
@@ -269,7 +272,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
             extra["pad_slot_id"] = pad_slot_id
     else:
         conv_state_indices, extra = _pad_args(where, conv_state_indices, pad_slot_id)
-    xs = x.to(conv_state.dtype)
+    xs = x if x.dtype == conv_state.dtype else x.to(conv_state.dtype)
     if xs.dim() == 3:
         xs = xs.transpose(1, 2)  # the core's [batch, seqlen, dim]
     try:
@@ -281,4 +284,4 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
         raise _vllm_names(e, _UPDATE_NAMES) from None
     if y.dim() == 3:
         y = y.transpose(1, 2)
-    return y.to(x.dtype)
+    return y if y.dtype == x.dtype else y.to(x.dtype)

@@ -138,6 +138,30 @@ def test_bench_decode_smoke():
         assert r["eager_per_torch_op"] == r["eager_us"] / r["torch_op_us"]
 
 
+def test_bench_decode_host_path(monkeypatch):
+    """The host path of one step per entry point against torch.mul, the library validating
+    every call but computing nothing: the pools are left as they were."""
+    from shortconv import bench_decode
+    pools = []
+    real = bench_decode.make_step
+
+    def make_step(*a, **k):
+        out = real(*a, **k)
+        pools.append((out[1], out[1].clone()))
+        return out
+
+    monkeypatch.setattr(bench_decode, "make_step", make_step)
+    rows = bench_decode.host_path("cpu", 0.01, torch.float32, D=8, batch=4, out=None)
+    assert [r["entry"] for r in rows] == [
+        "shortconv.causal_conv1d_update", "vllm.causal_conv1d_update",
+        "vllm, 1+3 tokens, num_accepted", "dao.causal_conv1d_update"]
+    for r in rows:
+        m = r["host_path"]
+        assert "eager" not in r and m["ours_us"] > 0 and m["torch_mul_us"] > 0
+        assert m["ratio"] == m["ours_us"] / m["torch_mul_us"] and m["rounds"] >= 5
+    assert len(pools) == 2 and all(torch.equal(p, before) for p, before in pools)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_bench_decode_cuda_smoke():
     """The decode section's CUDA figures (graph replays of the step and of the empty kernel,
@@ -149,3 +173,7 @@ def test_bench_decode_cuda_smoke():
         assert r["gpu_us"] > 0 and r["empty_us"] > 0 and r["empty_call_us"] > 0
         assert r["floor_us"] == r["bytes"] / 1e6 and r["frac"] == r["floor_us"] / r["gpu_us"]
         assert r["per_empty"] == r["gpu_us"] / r["empty_us"]
+    host = bench_decode.host_path("cuda", 0.01, torch.bfloat16, D=64, batch=8, out=None)
+    for r in host:  # on a GPU the eager calls beside the host path
+        assert r["host_path"]["ours_us"] > 0 and r["eager"]["ours_us"] > 0
+        assert r["eager"]["ratio"] == r["eager"]["ours_us"] / r["eager"]["torch_mul_us"]
