@@ -442,7 +442,13 @@ sc_status check_accepted(Call& k) {
                 "num_accepted: not combinable with ring_offsets (a speculative row is read at "
                 "an offset and rewritten from its start, not a ring)");
   if (!check_per_sequence(k, "num_accepted", a.num_accepted, false)) return c.status;
-  if (!c.host()) return SC_OK;  // device memory: the kernels clamp
+  // a dense batch's lengths are its shape (T each), on any device: checked here
+  if (!k.packed && k.N > 0 && k.T > 0 && (k.W - 2) + k.T > k.S)
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "num_accepted: every sequence has T = %lld tokens, so its row needs (W-2) + T = "
+                "%lld entries, but S = %d (%s)",
+                (long long)k.T, (long long)(k.W - 2 + k.T), k.S, k.S_from);
+  if (!c.host()) return SC_OK;  // device memory (contents): the kernels clamp
   const Rows r(k);
   View av;
   to_view(a.num_accepted, &av);

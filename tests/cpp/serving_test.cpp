@@ -293,6 +293,18 @@ TEST_P(Serving, AcceptedCountsAtBothEndsAndPadSlots) {
   }
 }
 
+// A dense step's lengths are its shape (T each): rows too short for its tokens
+// are refused on every backend, device memory included (only a packed step's
+// lengths are device contents, which the CUDA kernels clamp: section 7).
+TEST_P(Serving, RowsTooShortForADenseStepAreRefused) {
+  std::mt19937_64 rng(4010);
+  Case c = step_case(rng, 4, 3, 3, 2, 8);  // W = 4, S = 3 < (W-2) + T = 4
+  c.accepted = {1, 1, 1};
+  const Outputs o = run(c, make_inputs(c), GetParam(), kForward);
+  EXPECT_EQ(o.status, SC_ERR_INVALID_ARGUMENT) << o.error;
+  EXPECT_NE(o.error.find("(W-2) + T = 4 entries, but S = 3"), std::string::npos) << o.error;
+}
+
 // A block table is the index tensors it names: rows block_table[n, initial_block[n]]
 // and block_table[n, final_block[n]] (speculative and tree steps too), bitwise.
 TEST_P(Serving, BlockTablesAreTheIndicesTheyName) {
