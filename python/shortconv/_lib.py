@@ -427,7 +427,8 @@ class Call:
     __slots__ = ("buf", "base", "device", "cuda_index", "where", "rename", "keep", "sig")
 
     def __init__(self, where, x, width, state_len, activation, rename=None):
-        self.buf, self.base = buf, _ = _take()
+        buf, self.base = _take()
+        self.buf = buf
         self.where = where
         self.rename = rename
         self.keep = None
@@ -444,7 +445,8 @@ class Call:
         the execution fields of now (torch's current stream, thread count)."""
         self = cls.__new__(cls)
         buf_bytes, sig, self.device, index = snapshot
-        self.buf, self.base = buf, _ = _take(buf_bytes)
+        buf, self.base = _take(buf_bytes)
+        self.buf = buf
         self.where = where
         self.rename = None
         self.keep = None

@@ -340,3 +340,22 @@ def test_buffers_are_reused_and_not_shared():
         assert all(b is not buf for b, _ in _lib._FREE)
     finally:
         _lib._give_back(buf, base)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_one_pass_calls_on_a_non_current_device():
+    # the calls run with x's device current (its stream, its workspace): on cuda:1 while
+    # cuda:0 is current, bitwise the results of the same calls on cuda:0
+    out = []
+    for dev in ("cuda:0", "cuda:1"):
+        x, w, b, kw, _ = _plain_case("dense", dev, torch.float32)
+        leaves = [t.requires_grad_() for t in (x, w, b)]
+        xd, cache, dkw = _decode_case("pool rows", dev)
+        with torch.cuda.device(0):
+            y, _ = shortconv.causal_conv1d(*leaves, **kw)
+            grads = torch.autograd.grad(y.square().sum(), leaves)
+            yd, _ = shortconv.causal_conv1d_update(xd, cache, **dkw)
+        assert y.device == yd.device == torch.device(dev)
+        out.append([t.cpu() for t in (y, yd, cache) + grads])
+    for a, e in zip(*out):
+        assert torch.equal(a, e)
