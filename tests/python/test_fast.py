@@ -168,8 +168,10 @@ def _decode_errors(device):
             ("weight on meta", dict(weight=kw["weight"].to("meta"))),
             ("int weight", dict(weight=kw["weight"].int())),
             ("bias of another D", dict(bias=kw["bias"][:3])),
+            # (contents: host backends only; the CUDA kernels clamp device indices, semantics §7)
             ("row out of range", dict(cache_indices=torch.tensor([3, -1, 0, 9, 5],
-                                                                 dtype=torch.int32, device=device))),
+                                                                 dtype=torch.int32, device=device))
+             if device == "cpu" else None),
             ("float indices", dict(cache_indices=kw["cache_indices"].float())),
             ("unknown activation", dict(activation="gelu")),
             ("a list for x", dict(x=x.tolist())),
@@ -177,6 +179,8 @@ def _decode_errors(device):
             ("lazily negated cache", dict(cache=torch._neg_view(cache))),
             ("nested x", None)):
         args = dict(kw, x=x, cache=cache)
+        if change is None and what == "row out of range":
+            continue
         if change is None:
             with pytest.warns(UserWarning):
                 args["x"] = torch.nested.nested_tensor([x[0], x[1]])
