@@ -26,9 +26,11 @@ ensure_build_deps() {
   ensure_apt ccache || true  # optional (a machine without a package mirror builds without it)
 }
 
-# ccache for every build (when present): between CI runs in the same place most
-# units are unchanged (within one run the trees' flags differ: a clean-clone
-# rehearsal hit nothing); a miss costs nothing but the lookup.
+# ccache for every build (when present): within one run the wheel of
+# package_test.sh takes the CPU kernel units from test.sh's tree (same compiler,
+# same preprocessed source and flags; the sanitizer and aarch64 trees' flags
+# differ), and between CI runs in the same place most units are unchanged; a
+# miss costs nothing but the lookup.
 launcher_args() {
   if command -v ccache >/dev/null 2>&1; then
     printf '%s\n' -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \

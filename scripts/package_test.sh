@@ -11,7 +11,11 @@ ensure_venv
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 log "pip wheel --no-build-isolation (SHORTCONV_CUDA=OFF)"
-"$VENV/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$tmp/wheel" \
+# The compilers CMake picks for scripts/test.sh's tree (scikit-build-core would
+# otherwise take Python's, g++ and gcc here): ccache keys on the compiler's name,
+# and with the same one the CPU kernel units come from that tree's objects
+# (measured: the wheel's build 165 s -> 15 s on this 2-core machine).
+CC="${CC:-cc}" CXX="${CXX:-c++}" "$VENV/bin/python" -m pip wheel -q --no-build-isolation --no-deps -w "$tmp/wheel" \
   -C cmake.define.SHORTCONV_CUDA=OFF -C build-dir="$tmp/build" \
   $(grep -qw avx512f /proc/cpuinfo || echo -C cmake.define.SHORTCONV_CPU_AVX512=OFF) \
   $(command -v ccache >/dev/null && echo -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache) "$ROOT"
