@@ -38,6 +38,25 @@ launcher_args() {
   fi
 }
 
+# Runs the named shell functions side by side (the test suites are mostly one
+# thread each, and the machine has two cores), each one's output to a file; then
+# prints the outputs in the order given, each after its own wait, and fails when
+# any of them failed.
+side_by_side() {
+  local dir pids=() rc=0 i
+  dir=$(mktemp -d)
+  for ((i = 1; i <= $#; i++)); do
+    "${!i}" > "$dir/$i.log" 2>&1 &
+    pids[i]=$!
+  done
+  for ((i = 1; i <= $#; i++)); do
+    if wait "${pids[i]}"; then cat "$dir/$i.log"
+    else rc=1; cat "$dir/$i.log"; printf '\n== %s FAILED\n' "${!i}"; fi
+  done
+  rm -rf "$dir"
+  return $rc
+}
+
 # The Python test environment: current PyTorch from PyPI plus test tools.
 ensure_venv() {
   if [ ! -x "$VENV/bin/python" ]; then
