@@ -64,7 +64,9 @@ ensure_venv() {
     mkdir -p "$(dirname "$VENV")"
     python3 -m venv "$VENV"
   fi
-  if ! "$VENV/bin/python" -c "import torch, numpy, pytest, hypothesis, scikit_build_core" >/dev/null 2>&1; then
+  # Found, not imported (importing torch to check takes 7 s here).
+  if ! "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None
+    for m in ('torch', 'numpy', 'pytest', 'hypothesis', 'scikit_build_core')))" >/dev/null 2>&1; then
     log "pip install torch numpy pytest hypothesis scikit-build-core ninja into $VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
     "$VENV/bin/python" -m pip install -q torch numpy pytest hypothesis scikit-build-core ninja
