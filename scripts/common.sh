@@ -26,14 +26,35 @@ ensure_build_deps() {
   ensure_apt ccache || true  # optional (a machine without a package mirror builds without it)
 }
 
-# ccache for every build (when present): between CI runs in the same place most
-# units are unchanged (within one run the trees' flags differ: a clean-clone
-# rehearsal hit nothing); a miss costs nothing but the lookup.
+# ccache for every build (when present): within one run the wheel of
+# package_test.sh takes the CPU kernel units from test.sh's tree (same compiler,
+# same preprocessed source and flags; the sanitizer and aarch64 trees' flags
+# differ), and between CI runs in the same place most units are unchanged; a
+# miss costs nothing but the lookup.
 launcher_args() {
   if command -v ccache >/dev/null 2>&1; then
     printf '%s\n' -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
       -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
   fi
+}
+
+# Runs the named shell functions side by side (the test suites are mostly one
+# thread each, and the machine has two cores), each one's output to a file; then
+# prints the outputs in the order given, each after its own wait, and fails when
+# any of them failed.
+side_by_side() {
+  local dir pids=() rc=0 i
+  dir=$(mktemp -d)
+  for ((i = 1; i <= $#; i++)); do
+    "${!i}" > "$dir/$i.log" 2>&1 &
+    pids[i]=$!
+  done
+  for ((i = 1; i <= $#; i++)); do
+    if wait "${pids[i]}"; then cat "$dir/$i.log"
+    else rc=1; cat "$dir/$i.log"; printf '\n== %s FAILED\n' "${!i}"; fi
+  done
+  rm -rf "$dir"
+  return $rc
 }
 
 # The Python test environment: current PyTorch from PyPI plus test tools.
@@ -43,7 +64,9 @@ ensure_venv() {
     mkdir -p "$(dirname "$VENV")"
     python3 -m venv "$VENV"
   fi
-  if ! "$VENV/bin/python" -c "import torch, numpy, pytest, hypothesis, scikit_build_core" >/dev/null 2>&1; then
+  # Found, not imported (importing torch to check takes 7 s here).
+  if ! "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None
+    for m in ('torch', 'numpy', 'pytest', 'hypothesis', 'scikit_build_core')))" >/dev/null 2>&1; then
     log "pip install torch numpy pytest hypothesis scikit-build-core ninja into $VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
     "$VENV/bin/python" -m pip install -q torch numpy pytest hypothesis scikit-build-core ninja

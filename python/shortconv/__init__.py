@@ -18,7 +18,6 @@ from ._lib import ShortConvError, has_backend, library_path, version
 from ._ops import HAS_CUSTOM_OPS
 from .functional import causal_conv1d, causal_conv1d_update
 from .modules import ShortConvolution
-from . import distributed  # noqa: E402  (context parallelism over torch.distributed)
 from . import dao, vllm  # noqa: E402  (causal-conv1d's and vLLM's APIs, for one-import switches)
 
 __version__ = "0.1.0"
@@ -36,3 +35,13 @@ __all__ = [
     "library_path",
     "version",
 ]
+
+
+def __getattr__(name):
+    """``shortconv.distributed`` (context parallelism over torch.distributed) on first use:
+    importing it imports torch._dynamo (torch.compiler.disable), seconds per process."""
+    if name == "distributed":
+        import importlib
+
+        return importlib.import_module(".distributed", __name__)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

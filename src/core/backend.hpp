@@ -46,12 +46,14 @@ sc_status workspace(const Problem& p, size_t* bytes, sc_error* err);
 sc_status run(const Problem& p, sc_error* err);
 }  // namespace cpu
 
-#ifdef SHORTCONV_WITH_CUDA
+// Declared in every build, used only with SHORTCONV_WITH_CUDA (backend.cpp): the
+// units that include this header then compile the same with and without the CUDA
+// backend, and a CPU-only build (the wheel of scripts/package_test.sh) reuses the
+// CUDA build's objects from ccache.
 namespace cuda {  // src/cuda: NVIDIA GPUs
 sc_status workspace(const Problem& p, size_t* bytes, sc_error* err);
 sc_status run(const Problem& p, sc_error* err);
 }  // namespace cuda
-#endif
 
 // The message of a workspace size that does not fit in 63 bits.
 sc_status workspace_too_large(const Problem& p, sc_error* err);

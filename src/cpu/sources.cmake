@@ -26,7 +26,11 @@ set(SHORTCONV_CPU_ISA_OPTIONS -Wno-maybe-uninitialized -Wno-uninitialized -Wno-p
 # for it (OpsF::fma, OpsD::fma).
 target_compile_options(shortconv PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>)
 if(SHORTCONV_SANITIZE)
-  list(APPEND SHORTCONV_CPU_ISA_OPTIONS -O1)
+  # ASan's checks as calls (__asan_load4 ...) rather than inline: the same checks,
+  # much less code in the kernels' huge instrumented functions (this machine:
+  # 211 s -> 132 s of compile for the 128-bit unit, 219 s -> 139 s for AVX2; the
+  # fuzzer ran 5-10% more iterations per second, the suite as fast).
+  list(APPEND SHORTCONV_CPU_ISA_OPTIONS -O1 --param=asan-instrumentation-with-call-threshold=0)
 endif()
 set_source_files_properties(${SHORTCONV_CPU_ISA_SOURCES} PROPERTIES COMPILE_OPTIONS "${SHORTCONV_CPU_ISA_OPTIONS}")
 # A micro-benchmark of this backend (not a test, not part of the library).

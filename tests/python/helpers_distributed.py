@@ -1,10 +1,13 @@
 """Multi-process checks of shortconv.distributed, run by test_distributed.py: gloo on CPU
 tensors, or NCCL on one GPU per rank with SHORTCONV_CP_BACKEND=nccl.
 
-One spawn per world size runs every check (importing torch costs seconds per process); each
-rank writes {check: "ok" | failure text} and the reports to <dir>/rank<r>.json.  Every check
-first does all of its collective work, then asserts, so a failure on one rank does not leave
-the others waiting in a collective.  The reference is the single-process
+One spawn of the largest world size runs every check of every size (importing torch costs
+seconds per process): the checks of size k run on a group of the last k ranks (the largest on
+the default group), so every size but the largest is a context-parallel group inside a larger
+world whose group ranks differ from the global ones, as in a job with data parallelism too.
+Each rank writes {size: {check: "ok" | failure text, reports, seconds}} to <dir>/rank<r>.json.
+Every check first does all of its collective work, then asserts, so a failure on one rank does
+not leave the others waiting in a collective.  The reference is the single-process
 shortconv.causal_conv1d on the concatenated input, computed on every rank.
 """
 import json
@@ -23,24 +26,31 @@ import torch.multiprocessing as mp
 TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 BACKEND = os.environ.get("SHORTCONV_CP_BACKEND", "gloo")
 DEV = torch.device("cpu")  # this rank's device (set in _worker)
+GROUP = None  # the group of the world size being checked (None: the default group, all ranks)
+SUBGROUP = None  # that group without its first rank (check_errors' group this rank is not in)
 
 
 # ---- launcher ------------------------------------------------------------------------------------
-def run_world(world, timeout=240):
-    """Spawn `world` gloo ranks running every check; returns {check: [status per rank]}, reports."""
+def run_worlds(worlds, timeout=300):
+    """One spawn of max(worlds) ranks for every world size: the checks of size k run on a group
+    of k ranks (the last k; the largest size on the default group, the whole world), one size
+    after the other.  Returns {k: namespace(world, results {check: [status per rank]}, reports,
+    seconds, crashed)}.  `timeout` bounds the whole run."""
+    worlds = sorted(set(worlds))
+    n = worlds[-1]
     tmp = tempfile.mkdtemp(prefix="sc-cp-")
     # CPU: forkserver (one server imports torch once per test session and forks the ranks;
     # forking this process instead breaks once it has run autograd, whose worker threads a
     # fork cannot carry); a CUDA process cannot fork, so NCCL ranks are spawned.
     method = "spawn" if BACKEND == "nccl" or torch.cuda.is_initialized() else "forkserver"
-    pc = mp.start_processes(_worker, args=(world, tmp), nprocs=world, join=False,
+    pc = mp.start_processes(_worker, args=(n, worlds, tmp, timeout), nprocs=n, join=False,
                             start_method=method)
     deadline = time.time() + timeout
     crashed = None
     try:
         while not pc.join(timeout=1):
             if time.time() > deadline:
-                crashed = "timed out after %d s" % timeout
+                crashed = "timed out after %d s (all world sizes together)" % timeout
                 break
     except Exception as e:  # a worker died outside a check (e.g. during init)
         crashed = "%s: %s" % (type(e).__name__, e)
@@ -48,45 +58,87 @@ def run_world(world, timeout=240):
         for p in pc.processes:
             if p.is_alive():
                 p.terminate()
-    results, reports, seconds = {}, {}, {}
-    for r in range(world):
+    ranks = []
+    for r in range(n):
         path = os.path.join(tmp, "rank%d.json" % r)
-        data = json.load(open(path)) if os.path.exists(path) else {"status": {}, "reports": {}}
-        for name, st in data["status"].items():
-            results.setdefault(name, [None] * world)[r] = st
-        for name, rep in data["reports"].items():
+        ranks.append(json.load(open(path)) if os.path.exists(path) else {})
+    return {k: _world_results(k, n, ranks, crashed) for k in worlds}
+
+
+def _world_results(k, n, ranks, crashed):
+    """What the k members of world size k wrote (group rank r = global rank n - k + r)."""
+    results, reports, seconds, done = {}, {}, {}, True
+    for r in range(k):
+        data = ranks[n - k + r].get(str(k), {})
+        done = done and data.get("done", False)
+        for name, st in data.get("status", {}).items():
+            results.setdefault(name, [None] * k)[r] = st
+        for name, rep in data.get("reports", {}).items():
             reports.setdefault(name, rep)
         for name, sec in data.get("seconds", {}).items():
             seconds[name] = max(seconds.get(name, 0), sec)
-    return SimpleNamespace(world=world, results=results, reports=reports, seconds=seconds,
-                           crashed=crashed)
+    return SimpleNamespace(world=k, results=results, reports=reports, seconds=seconds,
+                           crashed=None if done else crashed or "a rank stopped early")
 
 
-def _worker(rank, world, tmp):
-    global DEV
+def _groups(n, worlds):
+    """{k: the group of the last k of n ranks} for every size the checks use: each world size
+    below n and the one below each size (check_errors' group without the first rank).  Every
+    rank creates every group, in the same order, as torch.distributed requires."""
+    sizes = {k for k in worlds if k < n} | {k - 1 for k in worlds if k > 1}
+    groups = {n: None}  # the largest: the default group (group=None), the whole world
+    for k in sorted(sizes):
+        groups[k] = dist.new_group(ranks=list(range(n - k, n)))
+    return groups
+
+
+def _worker(rank, n, worlds, tmp, timeout):
+    global DEV, GROUP, SUBGROUP
+    import shortconv.distributed  # noqa: F401  (up front: a rank importing inside its first
+    # check would hold up the others of its group for the seconds the import takes)
     torch.set_num_threads(1)
     if BACKEND == "nccl":
         DEV = torch.device("cuda", rank)
         torch.cuda.set_device(DEV)
     dist.init_process_group(BACKEND, init_method="file://" + os.path.join(tmp, "rdzv"),
-                            rank=rank, world_size=world, timeout=timedelta(seconds=60))
-    out = {"status": {}, "reports": {}, "seconds": {}}
+                            rank=rank, world_size=n, timeout=timedelta(seconds=60))
+    groups = _groups(n, worlds)
+    # between two sizes the ranks outside the smaller group wait for it: as long as its checks
+    # take, so on a group of their own with the whole run's timeout
+    between = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout))
+    out = {}
     path = os.path.join(tmp, "rank%d.json" % rank)
+    for k in worlds:
+        if rank >= n - k:
+            GROUP, SUBGROUP = groups[k], groups.get(k - 1)
+            _run_checks(rank - (n - k), k, out.setdefault(str(k), {}), path, out)
+        dist.barrier(group=between)
+    dist.destroy_process_group()
+
+
+def _run_checks(rank, world, res, path, out):
+    """Every check of world size `world` as group rank `rank` into res (status, reports,
+    seconds, then done); all of `out` is written to `path` after each check."""
+    res.update(status={}, reports={}, seconds={}, done=False)
     for name, fn in _checks(world):
         t0 = time.time()
         try:
             rep = fn(rank, world)
-            out["status"][name] = "ok"
+            res["status"][name] = "ok"
             if rep is not None:
-                out["reports"][name] = rep
+                res["reports"][name] = rep
         except Exception:
-            out["status"][name] = "rank %d: %s" % (rank, traceback.format_exc())
-        out["seconds"][name] = round(time.time() - t0, 2)
-        with open(path + ".tmp", "w") as f:
-            json.dump(out, f)
-        os.replace(path + ".tmp", path)
-    dist.barrier()
-    dist.destroy_process_group()
+            res["status"][name] = "rank %d: %s" % (rank, traceback.format_exc())
+        res["seconds"][name] = round(time.time() - t0, 2)
+        _save(path, out)
+    res["done"] = True
+    _save(path, out)
+
+
+def _save(path, out):
+    with open(path + ".tmp", "w") as f:
+        json.dump(out, f)
+    os.replace(path + ".tmp", path)
 
 
 def _checks(world):
@@ -210,7 +262,7 @@ def run_case(c, rank, world, context=None, via=None):
     elif context is not None:
         y, ht = scd.causal_conv1d(x_in, w, b, res, context=context, **kw)
     else:
-        y, ht = scd.causal_conv1d(x_in, w, b, res, cu_seqlens=p["cu"], **kw)
+        y, ht = scd.causal_conv1d(x_in, w, b, res, group=GROUP, cu_seqlens=p["cu"], **kw)
     layout["y"] = significant_strides(y)
     ins = [t for t in (x, w, b, res, h0) if t is not None]
     gy = p["GY"][:, sl].reshape(y.shape)
@@ -233,7 +285,7 @@ def run_case(c, rank, world, context=None, via=None):
     for k in ("w", "b", "h0"):
         if got[k] is not None:
             t = got[k].to(torch.float64)
-            dist.all_reduce(t)
+            dist.all_reduce(t, group=GROUP)
             sums[k] = t.to(got[k].dtype)
 
     # the single process on the concatenated input
@@ -290,7 +342,7 @@ def gather_rows(t, lens):
     pad = t.new_zeros((t.shape[0], m) + tuple(t.shape[2:]))
     pad[:, :t.shape[1]] = t
     parts = [torch.empty_like(pad) for _ in lens]
-    dist.all_gather(parts, pad)
+    dist.all_gather(parts, pad, group=GROUP)
     return torch.cat([q[:, :n] for q, n in zip(parts, lens)], dim=1)
 
 
@@ -356,7 +408,8 @@ def check_no_grad(rank, world):
     h0 = p["h0"] if p["h0"] is not None else None
     with torch.no_grad():
         y, ht = scd.causal_conv1d(p["X"][:, off:off + T], p["w"], p["b"], initial_state=h0,
-                                  output_final_state=True, activation="silu", cu_seqlens=p["cu"])
+                                  output_final_state=True, activation="silu", group=GROUP,
+                                  cu_seqlens=p["cu"])
         yr, htr = shortconv.causal_conv1d(p["X"], p["w"], p["b"], initial_state=h0,
                                           output_final_state=True, activation="silu",
                                           cu_seqlens=p["cu"])
@@ -370,12 +423,13 @@ def check_context(rank, world):
     c.update(h0=True, ofs=True)
     p = _global_inputs(c, world)
     off, T = sum(c["lens"][:rank]), c["lens"][rank]
-    ctx = scd.build_context(p["X"][:, off:off + T], p["cu"], kernel_size=4, state_len=4)
-    assert ctx.cu_seqlens is p["cu"] and ctx.group is not None
+    ctx = scd.build_context(p["X"][:, off:off + T], p["cu"], GROUP, kernel_size=4, state_len=4)
+    assert ctx.cu_seqlens is p["cu"]
+    assert ctx.group is (GROUP if GROUP is not None else dist.group.WORLD)
     assert list(ctx.lengths) == c["lens"] and ctx.offset == off
     outs = [run_case(c, rank, world, context=ctx), run_case(c, rank, world, context=ctx),
             run_case(c, rank, world, context=ctx, via="cp_context"),
-            run_case(c, rank, world, context=SimpleNamespace(group=None, cu_seqlens=p["cu"]),
+            run_case(c, rank, world, context=SimpleNamespace(group=GROUP, cu_seqlens=p["cu"]),
                      via="cp_context")]
     c2 = dict(c, D=7, seed=c["seed"] + 1)  # another layer: other D, same token structure
     outs.append(run_case(c2, rank, world, context=ctx))
@@ -390,7 +444,8 @@ def _global_fn(rank, world, lens, cu, S, act):
     all-gathered (backward: this rank's rows), final_state's gradient taken once (rank 0)."""
     import shortconv.distributed as scd
     off, T = sum(lens[:rank]), lens[rank]
-    ctx = scd.build_context(torch.empty(1 if cu is not None else 2, T, 1, device=DEV), cu)
+    ctx = scd.build_context(torch.empty(1 if cu is not None else 2, T, 1, device=DEV), cu,
+                            GROUP)
 
     class Shard(torch.autograd.Function):
         @staticmethod
@@ -401,7 +456,7 @@ def _global_fn(rank, world, lens, cu, S, act):
         def backward(ctx, g):
             full = g.new_zeros((g.shape[0], sum(lens)) + tuple(g.shape[2:]))
             full[:, off:off + T] = g
-            dist.all_reduce(full)
+            dist.all_reduce(full, group=GROUP)
             return full
 
     class Replicated(torch.autograd.Function):
@@ -412,7 +467,7 @@ def _global_fn(rank, world, lens, cu, S, act):
         @staticmethod
         def backward(ctx, g):
             g = g.clone()
-            dist.all_reduce(g)
+            dist.all_reduce(g, group=GROUP)
             return g
 
     class Gather(torch.autograd.Function):
@@ -486,10 +541,10 @@ def check_ratio_table(rank, world):
                 (2, total, D), (D, W), (D,), (2, D, S), (2, total, D)))
             GY[:, :total - 64] = 0  # loss on the tail only
             xs, hs = _leaf(X[:, off:off + T]), _leaf(h0)
-            y, _ = scd.causal_conv1d(xs, w, b, initial_state=hs, activation="silu")
+            y, _ = scd.causal_conv1d(xs, w, b, initial_state=hs, activation="silu", group=GROUP)
             dx, dh = torch.autograd.grad(y, (xs, hs), GY[:, off:off + T])
             dx_all = gather_rows(dx, lens)
-            dist.all_reduce(dh)
+            dist.all_reduce(dh, group=GROUP)
             Xr, hr = _leaf(X), _leaf(h0)
             yr, _ = shortconv.causal_conv1d(Xr, w, b, initial_state=hr, activation="silu")
             rdx, rdh = torch.autograd.grad(yr, (Xr, hr), GY)
@@ -536,48 +591,50 @@ def check_errors(rank, world):
     w = torch.randn(D, W, device=DEV)
     cu = t_(0, 2, 3 * world).int()
     msgs = []
+
+    def cc(*args, **kw):  # the distributed op on the group of this world size
+        return scd.causal_conv1d(*args, group=GROUP, **kw)
+
     cases = [
-        (lambda: scd.causal_conv1d(x_(d=D + 1 if rank == last else D),
-                                   torch.randn(D + 1 if rank == last else D, W, device=DEV)),
+        (lambda: cc(x_(d=D + 1 if rank == last else D),
+                    torch.randn(D + 1 if rank == last else D, W, device=DEV)),
          ("x: D (last dim) is %d on rank %d but %d on rank 0" % (D + 1, last, D),)),
-        (lambda: scd.causal_conv1d(x_(B=2 if rank == last else 1), w),
+        (lambda: cc(x_(B=2 if rank == last else 1), w),
          ("x: B (dim 0) is 2 on rank %d but 1 on rank 0" % last,)),
-        (lambda: scd.causal_conv1d(x_(dt=torch.float64 if rank == last else torch.float32), w),
+        (lambda: cc(x_(dt=torch.float64 if rank == last else torch.float32), w),
          ("x: dtype is torch.float64 on rank %d but torch.float32 on rank 0" % last,)),
-        (lambda: scd.causal_conv1d(x_(), w, cu_seqlens=cu + (1 if rank == last else 0)),
+        (lambda: cc(x_(), w, cu_seqlens=cu + (1 if rank == last else 0)),
          ("cu_seqlens", "rank %d" % last)),
-        (lambda: scd.causal_conv1d(x_(), w, cu_seqlens=t_(0, 1 if rank == last else 2,
-                                                          3 * world)),
+        (lambda: cc(x_(), w, cu_seqlens=t_(0, 1 if rank == last else 2, 3 * world)),
          ("cu_seqlens: the offsets on rank %d differ from rank 0's" % last,)),
-        (lambda: scd.causal_conv1d(x_(), w, cu_seqlens=t_(0, 2, 3 * world + 1)),
+        (lambda: cc(x_(), w, cu_seqlens=t_(0, 2, 3 * world + 1)),
          ("cu_seqlens[-1] is %d on every rank; expected %d" % (3 * world + 1, 3 * world),)),
-        (lambda: scd.causal_conv1d(x_(), w, cu_seqlens=t_(0, 3)),  # FLA's rank-local offsets
+        (lambda: cc(x_(), w, cu_seqlens=t_(0, 3)),  # FLA's rank-local offsets
          ("cu_seqlens",) if world > 1 else ()),
-        (lambda: scd.causal_conv1d(x_() if rank != last else "x", w), ("on rank %d" % last, "x")),
-        (lambda: scd.causal_conv1d(x_(), w, initial_state=torch.randn(1, D, W + (rank == last),
-                                                                      device=DEV)),
+        (lambda: cc(x_() if rank != last else "x", w), ("on rank %d" % last, "x")),
+        (lambda: cc(x_(), w, initial_state=torch.randn(1, D, W + (rank == last), device=DEV)),
          ("initial_state", "rank %d" % last)),
-        (lambda: scd.causal_conv1d(x_(), w, activation="relu" if rank == last else None),
+        (lambda: cc(x_(), w, activation="relu" if rank == last else None),
          ("activation", "rank %d" % last)),
-        (lambda: scd.causal_conv1d(x_(), w, state_len=W - 2 if rank == last else W),
+        (lambda: cc(x_(), w, state_len=W - 2 if rank == last else W),
          ("state_len", "rank %d" % last)),
-        (lambda: scd.causal_conv1d(x_(), w, output_final_state=rank == last),
+        (lambda: cc(x_(), w, output_final_state=rank == last),
          ("output_final_state", "rank %d" % last)),
-        (lambda: scd.causal_conv1d(x_(), w.clone().requires_grad_(rank == last)),
+        (lambda: cc(x_(), w.clone().requires_grad_(rank == last)),
          ("autograd", "rank %d" % last)),
         (lambda: shortconv.causal_conv1d(x_(), w, cp_context=object()), ("cp_context",)),
     ]
     for fn, needles in cases:
         msgs.append(_expect_error(fn, *needles))
-    # a group this rank is not in: only that rank calls, and it raises without a collective
-    sub = dist.new_group(ranks=list(range(world - 1))) if world > 1 else None
-    if world > 1 and rank == last:
-        msgs.append(_expect_error(lambda: scd.causal_conv1d(x_(), w, group=sub),
+    # a group this rank is not in (this size's group without its rank 0): only that rank
+    # calls, and it raises without a collective
+    if world > 1 and rank == 0:
+        msgs.append(_expect_error(lambda: scd.causal_conv1d(x_(), w, group=SUBGROUP),
                                   "group", "not a member"))
-    if world > 1 and rank != last:  # the members still work
-        y, _ = scd.causal_conv1d(x_(), w, group=sub)
+    if world > 1 and rank != 0:  # the members still work
+        y, _ = scd.causal_conv1d(x_(), w, group=SUBGROUP)
         assert y.shape == (1, 3, D)
-    dist.barrier()
+    dist.barrier(group=GROUP)
     return "\n".join(msgs) if rank == 0 else None
 
 
@@ -588,7 +645,7 @@ def check_compile(rank, world):
     c = make_case(9100, world, W=4, S=4, packed=True, dtype=torch.float32)
     p = _global_inputs(c, world)
     off, T = sum(c["lens"][:rank]), c["lens"][rank]
-    ctx = scd.build_context(p["X"][:, off:off + T], p["cu"], kernel_size=4, state_len=4)
+    ctx = scd.build_context(p["X"][:, off:off + T], p["cu"], GROUP, kernel_size=4, state_len=4)
 
     def loss(x, w, b, h0):
         y, ht = scd.causal_conv1d(x, w, b, initial_state=h0, output_final_state=True,
@@ -607,7 +664,7 @@ def check_compile(rank, world):
     # without a context the call plans on the host each time: a graph break, same results
     def loss_plain(x, w, b, h0):
         y, ht = scd.causal_conv1d(x, w, b, initial_state=h0, output_final_state=True,
-                                  activation="silu", cu_seqlens=p["cu"])
+                                  activation="silu", group=GROUP, cu_seqlens=p["cu"])
         return (y * y).sum() + (ht * ht).sum()
 
     lp = torch.compile(loss_plain, backend="aot_eager")(*args)
@@ -634,7 +691,7 @@ def _check_cp_fakes(rank, world):
     x = X[:, :, off:off + lens[rank]].contiguous().transpose(1, 2)  # channel-major shard
     w, b = torch.randn(D, W, generator=g).to(DEV), torch.randn(D, generator=g).to(DEV)
     h0 = torch.randn(B, D, S, generator=g).to(DEV)
-    ctx = scd.build_context(x, None, kernel_size=W, state_len=S)
+    ctx = scd.build_context(x, None, GROUP, kernel_size=W, state_len=S)
     pat = ctx.pattern(S, W)
     fwd_args = (x, w, b, None, h0, pat.cu_local, pat.own_final, pat.own_start, pat.ints,
                 ctx.group_name, S, 1, True)

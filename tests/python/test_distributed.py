@@ -1,9 +1,11 @@
 """shortconv.distributed on gloo: world sizes 1-5, against the single-process op.
 
-Each world size is one spawn running every check of helpers_distributed.py (a module-scoped
-fixture); the tests below read its results.  Select with ``pytest -k distributed``.  On a
-machine with GPUs, SHORTCONV_CP_BACKEND=nccl runs the same checks on NCCL, one GPU per rank,
-for the world sizes the GPUs allow.
+One spawn of the largest selected world size runs every check of helpers_distributed.py for
+every size, each size on a group of that many ranks inside the world (a module-scoped fixture,
+bounded in time as a whole); the tests below read its results, per size.  Select with
+``pytest -k distributed`` (``-k world3`` spawns 3 ranks).  On a machine with GPUs,
+SHORTCONV_CP_BACKEND=nccl runs the same checks on NCCL, one GPU per rank, for the world sizes
+the GPUs allow.
 """
 import os
 
@@ -15,7 +17,7 @@ import shortconv
 
 try:
     import shortconv.distributed  # noqa: F401
-    from helpers_distributed import BACKEND, run_world
+    from helpers_distributed import BACKEND, run_worlds
     _REASON = None
 except ImportError as e:  # pragma: no cover
     _REASON = "shortconv.distributed cannot be imported: %s" % e
@@ -36,9 +38,20 @@ elif _REASON is None and BACKEND == "nccl":
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
 
+@pytest.fixture(scope="module")
+def spawn(request):
+    """{world size: its results}: one run for the world sizes of the selected tests."""
+    sizes = set()
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if item.module is request.module and callspec is not None:
+            sizes.add(callspec.params.get("world"))
+    return run_worlds(sorted(sizes - {None}) or WORLDS)
+
+
 @pytest.fixture(scope="module", params=WORLDS, ids=lambda w: "world%d" % w)
-def world(request):
-    return run_world(request.param)
+def world(request, spawn):
+    return spawn[request.param]
 
 
 def _result(world, name):
