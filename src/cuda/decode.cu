@@ -41,17 +41,23 @@ namespace shortconv::cuda {
 
 namespace {
 
+// A kernel instance's state-row access: one StateIo mode fixed at compile time
+// (the instance's code holds only that mode's loads and stores), or kIoAny,
+// the plan's mode read at run time (the tree instance).
+constexpr int kIoAny = -1;
+
 // The thread's access to state rows: CH channels d0 .. d0+CH of one sequence.
-template <class T, int CH>
+template <class T, int CH, int IO>
 struct Rows {
   using A = acc_t<T>;
   using P = Pack<T, CH>;
   const Args& a;
-  StateIo io;
+  StateIo io_;  // the plan's mode (read for IO == kIoAny only)
   int64_t d0;
   int64_t ring;  // the sequence's ring offset (scalar rows only; 0 otherwise)
   T* stage;      // row_vec: this thread's [CH][S] block in shared memory
 
+  __device__ __forceinline__ StateIo io() const { return IO == kIoAny ? io_ : StateIo(IO); }
   __device__ int64_t slot(int64_t j) const {
     const int64_t v = ring + j;
     return v >= a.S ? v - a.S : v;
@@ -75,7 +81,7 @@ struct Rows {
   }
   // Entry j of initial-state row r (zeros for r < 0), as accumulators.
   __device__ void entry(int64_t r, int64_t j, A (&v)[CH]) const {
-    if (io == StateIo::row_vec) {
+    if (io() == StateIo::row_vec) {
 #pragma unroll
       for (int c = 0; c < CH; ++c) v[c] = to_f(stage[c * a.S + j]);
       return;
@@ -83,7 +89,7 @@ struct Rows {
     if (r < 0) {
 #pragma unroll
       for (int c = 0; c < CH; ++c) v[c] = A(0);
-    } else if (io == StateIo::channel_vec) {
+    } else if (io() == StateIo::channel_vec) {
       const P pk = ldp<T, CH>(vec_at(a.h0, r, j));
 #pragma unroll
       for (int c = 0; c < CH; ++c) v[c] = pk.get(c);
@@ -206,13 +212,13 @@ struct DecodeSeq {
 
 // The row of sequence q: ht[j] = u[from + j] for j < E, entries ascending.
 // `base` is the h0 entry of u[0]; in / out the rows read and written.
-template <class T, int CH>
-__device__ void write_row(const Args& a, Rows<T, CH>& rows, const Seq& q, const T* xp, int64_t sx,
+template <class T, int CH, int IO>
+__device__ void write_row(const Args& a, Rows<T, CH, IO>& rows, const Seq& q, const T* xp, int64_t sx,
                           int64_t s, int64_t base, int64_t in, int64_t out, int64_t E) {
   using P = Pack<T, CH>;
   const int64_t from = s + q.L - E, S = a.S;
   const bool spec = a.accepted.p != nullptr;
-  if (rows.io == StateIo::row_vec) {  // in the stage, then S vectors (or the E entries) out
+  if (rows.io() == StateIo::row_vec) {  // in the stage, then S vectors (or the E entries) out
     for (int64_t j = 0; j < E; ++j) {
       const int64_t pos = from + j;
       P xv = P::zero();
@@ -231,7 +237,7 @@ __device__ void write_row(const Args& a, Rows<T, CH>& rows, const Seq& q, const 
     }
     return;
   }
-  if (rows.io == StateIo::channel_vec) {  // raw copies (state dtype = x's), kRowChunk at a time:
+  if (rows.io() == StateIo::channel_vec) {  // raw copies (state dtype = x's), kRowChunk at a time:
     // a round's entries are all read, then written (entry j copies index >= j)
     constexpr int K = DecodeTraits::kRowChunk;
     for (int64_t j0 = 0; j0 < E; j0 += K) {
@@ -266,24 +272,32 @@ __device__ void write_row(const Args& a, Rows<T, CH>& rows, const Seq& q, const 
 }
 
 // The taps and bias of the thread's CH channels.  A contiguous [D, W]
-// weight of x's dtype with W = WMAX holds them as one 16-byte vector
-// (CH * WMAX * sizeof(T) = kVecBytes * kVecWmax): one load, not CH * WMAX.
+// weight of x's dtype with W = WMAX holds them as CH * WMAX adjacent
+// elements, a whole number of 16-byte vectors (CH * WMAX * sizeof(T) =
+// 16 or 64 bytes): those loads, not CH * WMAX.
 template <class T, int WMAX, int CH, class A>
 __device__ __forceinline__ void decode_taps(const Args& a, int64_t d0, int kpad, A scale,
                                             A (&wp)[WMAX][CH], A (&bs)[CH]) {
   constexpr int kN = WMAX * CH;
-  if constexpr (kN * int(sizeof(T)) == 16) {
+  constexpr int kBytes = kN * int(sizeof(T));
+  if constexpr (kBytes % 16 == 0) {
+    constexpr int kPer = 16 / int(sizeof(T));  // elements per vector
     const T* w = static_cast<const T*>(a.weight.p) + d0 * WMAX;
     if (kpad == 0 && a.weight.dt == DtypeCode<T>::value && a.weight.s1 == 1 && a.weight.s0 == WMAX &&
         reinterpret_cast<uintptr_t>(w) % 16 == 0) {
-      const Pack<T, kN> v = ldp<T, kN>(w);
+      Pack<T, kPer> v[kN / kPer];
+#pragma unroll
+      for (int i = 0; i < kN / kPer; ++i) v[i] = ldp<T, kPer>(w + i * kPer);
       A bf[CH];
       if (a.bias.p)
         ld_many(a.bias, [&](int c) { return (d0 + c) * a.bias.s0; }, [](int) { return true; }, bf);
 #pragma unroll
       for (int c = 0; c < CH; ++c) {
 #pragma unroll
-        for (int j = 0; j < WMAX; ++j) wp[j][c] = scale * A(v.get(c * WMAX + j));
+        for (int j = 0; j < WMAX; ++j) {
+          const int e = c * WMAX + j;
+          wp[j][c] = scale * A(v[e / kPer].get(e % kPer));
+        }
         bs[c] = a.bias.p ? scale * bf[c] : A(0);
       }
       return;
@@ -292,8 +306,18 @@ __device__ __forceinline__ void decode_taps(const Args& a, int64_t d0, int kpad,
   load_taps<A, WMAX, CH>(a.weight, a.bias, d0, a.D, kpad, scale, wp, bs);
 }
 
-template <class T, int WMAX, int CH>
-__global__ void __launch_bounds__(DecodeTraits::kThreads, DecodeTraits::kMinBlocksPerSm)
+// Instances: IO is the plan's StateIo (or kIoAny), TREE whether parent_tokens
+// may be present (the linear instances hold no tree code: fewer registers,
+// fewer instructions on every step).
+template <class T, int CH, int IO, bool TREE>
+constexpr int decode_min_blocks() {
+  const bool linear16 = !TREE && IO != kIoAny && sizeof(T) == 2 &&
+                        CH * int(sizeof(T)) == DecodeTraits::kVecBytes;
+  return linear16 ? DecodeTraits::kMinBlocksLinear16 : DecodeTraits::kMinBlocksPerSm;
+}
+
+template <class T, int WMAX, int CH, int IO, bool TREE>
+__global__ void __launch_bounds__(DecodeTraits::kThreads, (decode_min_blocks<T, CH, IO, TREE>()))
     fwd_decode(const Args a) {
   using A = acc_t<T>;
   constexpr int H = WMAX - 1;
@@ -314,20 +338,20 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, DecodeTraits::kMinBloc
     const int64_t v = ld_index(a.accepted, n), hi = a.S - (W - 1) + 1;
     base = (v < 1 ? 1 : v > hi ? hi : v) - 1;
   }
-  Rows<T, CH> rows{a, StateIo(a.state_io), d0, a.ring.p ? q.c : 0,
-                   reinterpret_cast<T*>(decode_stage + int64_t(threadIdx.x) * a.S)};
+  Rows<T, CH, IO> rows{a, StateIo(a.state_io), d0, a.ring.p ? q.c : 0,
+                       reinterpret_cast<T*>(decode_stage + int64_t(threadIdx.x) * a.S)};
   // Latency order: the row's window (vLLM rows: raw vectors) and the first
   // token are requested before the taps, whose conversion waits for their own
   // loads; the window is converted after that (one round trip, not two).
   using P = Pack<T, CH>;
   const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * a.x.s1 + d0 * a.x.s2;
-  const bool vec_rows = rows.io == StateIo::channel_vec && in >= 0;
+  const bool vec_rows = rows.io() == StateIo::channel_vec && in >= 0;
   P raw[H];
 #pragma unroll
   for (int i = 0; i < H; ++i)
     if (vec_rows && i >= kpad) raw[i] = ldp<T, CH>(rows.vec_at(a.h0, in, base + s - H + i));
   const P x0 = q.L > 0 ? ldp<T, CH>(xp) : P::zero();
-  if (rows.io == StateIo::row_vec) rows.stage_in(in);
+  if (rows.io() == StateIo::row_vec) rows.stage_in(in);
   A wp[WMAX][CH], bs[CH];
   decode_taps<T, WMAX, CH>(a, d0, kpad, scale, wp, bs);
   A sl[H][CH];  // sl[i] = u[s - H + i]: the window, padded at the front
@@ -345,29 +369,57 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, DecodeTraits::kMinBloc
   }
   (void)x0;  // (the step's first x_at(0) is this load: nothing is stored in between)
   const DecodeSeq<T, WMAX, CH> seq{a, wp, bs, kpad, act, n, d0, q, s, xp, a.x.s1};
-  if (a.parents.p) seq.tree(sl);  // (the tree keeps the window, the linear step slides it)
+  if (TREE && a.parents.p) seq.tree(sl);  // (the tree keeps the window, the linear step slides it)
   else seq.linear(sl);
   if (out < 0) return;
   int64_t E = a.S;  // entries written: S, or (W-2) + L_n from the row's start (speculative)
   if (spec) E = q.L > 0 ? (W - 2 + q.L < a.S ? W - 2 + q.L : a.S) : 0;
-  write_row<T, CH>(a, rows, q, xp, a.x.s1, s, base, in, out, E);
+  write_row<T, CH, IO>(a, rows, q, xp, a.x.s1, s, base, in, out, E);
+}
+
+// The vector instances of type T with CH channels per thread: the linear
+// step per state-row mode (the wide instance: channel vectors only), the
+// tree with the mode read at run time.
+template <class T, int CH>
+cudaError_t launch_decode_vec(const Plan& pl, const Args& a, Launch* l) {
+  constexpr int WM = DecodeTraits::kVecWmax;
+  constexpr int kCv = int(StateIo::channel_vec), kRv = int(StateIo::row_vec), kSc = int(StateIo::scalar);
+  constexpr bool kNarrow = CH * int(sizeof(T)) == DecodeTraits::kVecBytes;
+  if constexpr (kNarrow) {
+    if (a.parents.p) return l->main("fwd_decode(vector, tree)", fwd_decode<T, WM, CH, kIoAny, true>, pl, a);
+    switch (pl.state_io) {
+      case StateIo::channel_vec:
+        return l->main("fwd_decode(vector, channel rows)", fwd_decode<T, WM, CH, kCv, false>, pl, a);
+      case StateIo::row_vec:
+        return l->main("fwd_decode(vector, rows)", fwd_decode<T, WM, CH, kRv, false>, pl, a);
+      case StateIo::scalar:
+        return l->main("fwd_decode(vector, scalar rows)", fwd_decode<T, WM, CH, kSc, false>, pl, a);
+    }
+  } else {  // the wide instance: linear steps on channel-vector rows (plan_decode's rule)
+    if (!a.parents.p && pl.state_io == StateIo::channel_vec)
+      return l->main("fwd_decode(wide, channel rows)", fwd_decode<T, WM, CH, kCv, false>, pl, a);
+  }
+  return l->no_instance("decode (no instance for this state-row mode)");
 }
 
 }  // namespace
 
-// The decode step's kernel for the plan (Path::decode): the vector instance
-// (W <= kVecWmax, 4-byte x words) or the scalar one (any strides, fp64, W <= 16).
+// The decode step's kernel for the plan (Path::decode): a vector instance
+// (W <= kVecWmax; kVecBytes of x per thread, or kWideBytes for a step with
+// enough threads, DecodeTraits) or the scalar one (any strides, fp64, W <= 16).
 cudaError_t launch_decode(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
   if (p.N == 0 || p.D == 0 || (!p.y && !p.ht)) return cudaSuccess;
   return with_act_type(p.act_dtype, [&](auto tag) -> cudaError_t {
     using T = typename decltype(tag)::type;
     constexpr int kVecCh = DecodeTraits::kVecBytes / int(sizeof(T));
+    constexpr int kWideCh = DecodeTraits::kWideBytes / int(sizeof(T));
     if constexpr (!std::is_same_v<T, double>) {
-      if (pl.ch == kVecCh && pl.wmax == DecodeTraits::kVecWmax)
-        return l->main("fwd_decode(vector)", fwd_decode<T, DecodeTraits::kVecWmax, kVecCh>, pl, a);
+      if (pl.wmax == DecodeTraits::kVecWmax && pl.ch == kVecCh) return launch_decode_vec<T, kVecCh>(pl, a, l);
+      if (pl.wmax == DecodeTraits::kVecWmax && pl.ch == kWideCh) return launch_decode_vec<T, kWideCh>(pl, a, l);
     }
     if (pl.ch == 1 && pl.wmax == DecodeTraits::kScalarWmax)
-      return l->main("fwd_decode(scalar)", fwd_decode<T, DecodeTraits::kScalarWmax, 1>, pl, a);
+      return l->main("fwd_decode(scalar)",
+                     fwd_decode<T, DecodeTraits::kScalarWmax, 1, int(StateIo::scalar), true>, pl, a);
     return l->no_instance("decode");
   });
 }

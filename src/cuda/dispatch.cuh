@@ -47,6 +47,7 @@ bool with_wmax(int wmax, F&& f) {
 
 // The instantiated window bounds, the same sets the planner picks from.
 #define SC_TM_VEC_WMAX 4, 8
+#define SC_TM_VEC_WMAX16 2, 3, 4, 8
 #define SC_NARROW_WMAX 4, 16
 template <int... Ws>
 constexpr bool same_set(const WmaxSet& s) {
@@ -57,6 +58,7 @@ constexpr bool same_set(const WmaxSet& s) {
   return true;
 }
 static_assert(same_set<SC_TM_VEC_WMAX>(kTmVecWmax), "SC_TM_VEC_WMAX must list kTmVecWmax");
+static_assert(same_set<SC_TM_VEC_WMAX16>(kTmVecWmax16), "SC_TM_VEC_WMAX16 must list kTmVecWmax16");
 static_assert(same_set<SC_NARROW_WMAX>(kNarrowWmax), "SC_NARROW_WMAX must list kNarrowWmax");
 
 // One direction's launches.  Each returns the launch's error; `kernel` names
@@ -118,13 +120,16 @@ cudaError_t launch_path(const Plan& pl, const Args& a, Launch* l) {
   bool found = false;
   cudaError_t e = cudaSuccess;
   switch (pl.path) {
-    case Path::token_major_vec:
-      found = with_wmax<SC_TM_VEC_WMAX>(pl.wmax, [&](auto wm) {
+    case Path::token_major_vec: {
+      auto vec = [&](auto wm) {
         constexpr int W = decltype(wm)::value, CH = tm_vec_channels(sizeof(T), W);
         if constexpr (CH > 1 && !f64) e = K::template tm<T, W, CH>(pl, a, l);
         else e = l->no_instance("token-major vector (fp64 or one channel)");
-      });
+      };
+      if constexpr (sizeof(T) == 2) found = with_wmax<SC_TM_VEC_WMAX16>(pl.wmax, vec);
+      else found = with_wmax<SC_TM_VEC_WMAX>(pl.wmax, vec);
       break;
+    }
     case Path::token_major_scalar:
       found = with_wmax<SC_NARROW_WMAX>(pl.wmax, [&](auto wm) {
         e = K::template tm<T, decltype(wm)::value, 1>(pl, a, l);

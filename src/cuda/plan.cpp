@@ -36,7 +36,7 @@ bool all_act(const Problem& p, F ok) {
 // Channels per thread of the vector path for p (1: the path does not apply).
 int vec_channels(const Problem& p) {
   if (p.act_dtype == SC_F64) return 1;  // fp64 is correct, not fast: the scalar path
-  const int wmax = kTmVecWmax.for_width(p.W);
+  const int wmax = tm_vec_wmax(dtype_size(p.act_dtype)).for_width(p.W);
   return wmax ? tm_vec_channels(dtype_size(p.act_dtype), wmax) : 1;
 }
 
@@ -100,7 +100,7 @@ void plan_cm(const Problem& p, int sms, Plan* pl) {
 void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
   const bool bwd = p.dir == Dir::bwd;
   pl->ch = path == Path::token_major_vec ? vec_channels(p) : 1;
-  pl->wmax = path == Path::token_major_vec    ? kTmVecWmax.for_width(p.W)
+  pl->wmax = path == Path::token_major_vec    ? tm_vec_wmax(dtype_size(p.act_dtype)).for_width(p.W)
              : path == Path::token_major_scalar ? kNarrowWmax.for_width(p.W)
                                                 : 0;
   const int threads = path == Path::general ? GeneralTraits::kThreads : TmTraits::kThreads;
@@ -139,15 +139,14 @@ void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
 }
 
 // The decode path's vector instance: x, y, residual channel-contiguous in
-// kVecBytes words of CH = kVecBytes / element-size channels, W <= kVecWmax,
-// not fp64.
-bool decode_vec_ok(const Problem& p) {
+// words of `bytes` (CH = bytes / element-size channels), W <= kVecWmax, not fp64.
+bool decode_vec_ok(const Problem& p, int bytes) {
   if (p.act_dtype == SC_F64 || p.W > DecodeTraits::kVecWmax) return false;
-  const int ch = DecodeTraits::kVecBytes / dtype_size(p.act_dtype);
+  const int ch = bytes / dtype_size(p.act_dtype);
   if (p.D % ch != 0) return false;
   return all_act(p, [&](const View& v) {
     return (v.stride[2] == 1 || v.shape[2] == 1) && v.stride[0] % ch == 0 &&
-           v.stride[1] % ch == 0 && aligned(v.data, DecodeTraits::kVecBytes);
+           v.stride[1] % ch == 0 && aligned(v.data, bytes);
   });
 }
 
@@ -170,11 +169,23 @@ StateIo decode_state_io(const Problem& p, int ch, bool vec) {
   return StateIo::scalar;
 }
 
+// The wide vector instance (DecodeTraits::kWideBytes per thread): a linear
+// step (no parent tokens) on channel-vector rows whose narrow launch would
+// have at least kWideMinThreadsPerSm threads per multiprocessor.
+bool decode_wide_ok(const Problem& p, int sms) {
+  if (p.parents || !decode_vec_ok(p, DecodeTraits::kWideBytes)) return false;
+  const int ch = DecodeTraits::kWideBytes / dtype_size(p.act_dtype);
+  if (decode_state_io(p, ch, true) != StateIo::channel_vec) return false;
+  const int64_t narrow_threads = p.N * (p.D / (DecodeTraits::kVecBytes / dtype_size(p.act_dtype)));
+  return narrow_threads >= DecodeTraits::kWideMinThreadsPerSm * int64_t(sms);
+}
+
 // Decode: a block per (sequence, kThreads*CH channels), grid.x sequences,
 // grid.y channel groups; a thread walks its sequence's tokens in order.
-void plan_decode(const Problem& p, Plan* pl) {
-  const bool vec = decode_vec_ok(p);
-  pl->ch = vec ? DecodeTraits::kVecBytes / dtype_size(p.act_dtype) : 1;
+void plan_decode(const Problem& p, int sms, Plan* pl) {
+  const bool vec = decode_vec_ok(p, DecodeTraits::kVecBytes);
+  const int bytes = decode_wide_ok(p, sms) ? DecodeTraits::kWideBytes : DecodeTraits::kVecBytes;
+  pl->ch = vec ? bytes / dtype_size(p.act_dtype) : 1;
   pl->wmax = vec ? DecodeTraits::kVecWmax : DecodeTraits::kScalarWmax;
   pl->state_io = decode_state_io(p, pl->ch, vec);
   pl->block_x = DecodeTraits::kThreads;
@@ -251,7 +262,7 @@ Plan plan_for(const Problem& p, Path path, int sms) {
   Plan pl;
   pl.path = path;
   if (path == Path::channel_major) plan_cm(p, sms, &pl);
-  else if (path == Path::decode) plan_decode(p, &pl);
+  else if (path == Path::decode) plan_decode(p, sms, &pl);
   else plan_tm(p, path, sms, &pl);
   const bool bwd = p.dir == Dir::bwd;
   const bool want_dw = bwd && (p.dweight || p.dbias);

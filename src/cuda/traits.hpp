@@ -27,7 +27,7 @@ namespace shortconv::cuda {
 // The window bounds instantiated per path.  A runtime W uses the smallest bound
 // >= W; the window is padded to it and the pad taps are predicated off.
 struct WmaxSet {
-  int v[3];
+  int v[4];
   int n;
   SC_TRAIT int for_width(int W) const {
     for (int i = 0; i < n; ++i)
@@ -37,10 +37,16 @@ struct WmaxSet {
 };
 // Token-major vector path: W = 4 (the targets') exact, and W <= 8 with two
 // channels per thread (wider windows leave too few registers for vectors).
-constexpr WmaxSet kTmVecWmax = {{4, 8, 0}, 2};
+constexpr WmaxSet kTmVecWmax = {{4, 8, 0, 0}, 2};
+// The same for 16-bit activations, with W = 2 and 3 exact too: only W = WMAX
+// takes the full-window instances (no pad predicates), and padded to 4 they
+// ran at 0.80 / 0.65 of the floor against W = 4's 0.85 / 0.81 (H200, bf16).
+// (fp32 at W = 2, 3 padded to 4 already ran at 0.89 / 0.87: no instances.)
+constexpr WmaxSet kTmVecWmax16 = {{2, 3, 4, 8}, 4};
+SC_TRAIT WmaxSet tm_vec_wmax(int elem_bytes) { return elem_bytes == 2 ? kTmVecWmax16 : kTmVecWmax; }
 // Token-major scalar and channel-major paths: two steps (fewer instances:
 // CI compiles every instance for two architectures on two cores).
-constexpr WmaxSet kNarrowWmax = {{4, 16, 0}, 2};
+constexpr WmaxSet kNarrowWmax = {{4, 16, 0, 0}, 2};
 // Widest window of the register-window paths; wider W takes the general path.
 constexpr int kMaxFastW = 16;
 static_assert(kNarrowWmax.for_width(kMaxFastW) == kMaxFastW, "the scalar path reaches kMaxFastW");
@@ -48,9 +54,11 @@ static_assert(kNarrowWmax.for_width(kMaxFastW) == kMaxFastW, "the scalar path re
 // Channels per thread on the token-major vector path: one 16-byte vector,
 // narrowed for wide windows so that weights and window stay in registers
 // (16 / WMAX weight registers per channel group: no spills at 2 blocks/SM).
+// Windows below 4 keep W = 4's channels (the same thread shape, one channel
+// count per dtype up to W = 4).
 SC_TRAIT int tm_vec_channels(int elem_bytes, int wmax) {
   const int vec = 16 / elem_bytes;
-  const int budget = 16 / wmax;
+  const int budget = 16 / (wmax < 4 ? 4 : wmax);
   const int c = vec < budget ? vec : budget;
   return c < 1 ? 1 : c;
 }
@@ -122,6 +130,10 @@ struct SmallTraits {
 struct DecodeTraits {
   static constexpr int kThreads = 128;
   static constexpr int kMinBlocksPerSm = 0;  // no register cap
+  // Register cap of the narrow 16-bit linear instances (the serving dtypes'
+  // common step): 12 blocks (75% occupancy, 40 registers, no spills in
+  // ptxas -v) instead of 56 registers' 9; more warps to hide the row's round trips.
+  static constexpr int kMinBlocksLinear16 = 12;
   // Vector instance: a thread's x per token is one kVecBytes word (CH = 2
   // channels of a 16-bit type, 1 of fp32), W <= kVecWmax.  A step is latency
   // bound: a thread's instruction path grows with its channels, and with 8
@@ -129,6 +141,15 @@ struct DecodeTraits {
   // 12 cycles (H200, ncu); 4-byte lanes still make 128-byte warp accesses.
   static constexpr int kVecBytes = 4;
   static constexpr int kVecWmax = 4;
+  // Wide instance: kWideBytes of x per thread (8 bf16 channels), for steps
+  // with enough threads to fill the card several times over (batch 256 at
+  // D = 8192), where the issue rate bounds a step and the per-sequence work
+  // (row indices, addresses, the taps' loads) is paid once per 16 bytes.
+  // Linear steps on channel-vector rows (vLLM's pools) only.
+  static constexpr int kWideBytes = 16;
+  // The wide instance when the narrow one would launch at least this many
+  // threads per multiprocessor (2048 are resident at most).
+  static constexpr int64_t kWideMinThreadsPerSm = 4096;
   // Scalar instance (any strides, fp64, W 5..16): one channel per thread.
   static constexpr int kScalarWmax = kMaxFastW;
   // "A decode step": at most kMaxTokens tokens per sequence (dense), at most
@@ -144,6 +165,7 @@ struct DecodeTraits {
   static SC_TRAIT size_t rowvec_smem(int S) { return size_t(kThreads) * size_t(S) * kVecBytes; }
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "a block is whole warps");
   static_assert(kVecBytes == 4, "the stage and the x vectors are 32-bit words");
+  static_assert(kWideBytes % kVecBytes == 0 && kWideBytes <= 16, "a wide x word is one vector access");
 };
 static_assert(DecodeTraits::rowvec_smem(DecodeTraits::kRowVecMaxS) <= 48 * 1024,
               "the row_vec stage fits the default dynamic shared memory limit");

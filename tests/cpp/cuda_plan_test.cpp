@@ -125,11 +125,15 @@ TEST(CudaPlan, PlansNameInstantiatedKernelsAndCoverTheWork) {
           EXPECT_TRUE((pl.ch == 1 && pl.wmax == DecodeTraits::kScalarWmax) ||
                       (pl.ch == DecodeTraits::kVecBytes / shortconv::dtype_size(p.act_dtype) &&
                        pl.wmax == DecodeTraits::kVecWmax && p.act_dtype != SC_F64 &&
-                       p.W <= DecodeTraits::kVecWmax));
+                       p.W <= DecodeTraits::kVecWmax) ||
+                      (pl.ch == DecodeTraits::kWideBytes / shortconv::dtype_size(p.act_dtype) &&
+                       pl.wmax == DecodeTraits::kVecWmax && p.act_dtype != SC_F64 &&
+                       p.W <= DecodeTraits::kVecWmax && pl.state_io == StateIo::channel_vec &&
+                       !p.parents));
           EXPECT_LE(p.W, kMaxFastW);
           break;
         case Path::token_major_vec:
-          EXPECT_EQ(pl.wmax, kTmVecWmax.for_width(p.W));
+          EXPECT_EQ(pl.wmax, tm_vec_wmax(shortconv::dtype_size(p.act_dtype)).for_width(p.W));
           EXPECT_NE(pl.wmax, 0);
           EXPECT_GT(pl.ch, 1);
           EXPECT_NE(p.act_dtype, SC_F64);
@@ -311,6 +315,21 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
   pl = plan_for(decode_step(8, 4, 4096, 1024, 4, 6, SC_BF16, true), Path::decode, 132);
   EXPECT_EQ(pl.state_io, StateIo::channel_vec);
   EXPECT_EQ(pl.smem, 0u);
+
+  // Enough threads to fill the card several times over (batch 256, D = 8192):
+  // the wide instance on vLLM's pools (16 bytes of x per thread), not on
+  // [P, D, S] rows, not for a tree, not below kWideMinThreadsPerSm per SM
+  p = decode_step(256, 1, 8192, 1024, 4, 3, SC_BF16, true);
+  ASSERT_GE(256 * 8192 / 2, DecodeTraits::kWideMinThreadsPerSm * 132);
+  pl = plan_for(p, Path::decode, 132);
+  EXPECT_EQ(pl.ch, DecodeTraits::kWideBytes / 2);
+  EXPECT_EQ(pl.state_io, StateIo::channel_vec);
+  EXPECT_EQ(pl.grid_y, 8192 / (DecodeTraits::kThreads * pl.ch));
+  p.parents.present = true;
+  EXPECT_EQ(plan_for(p, Path::decode, 132).ch, 2);
+  EXPECT_EQ(plan_for(decode_step(256, 1, 8192, 1024, 4, 3, SC_BF16, false), Path::decode, 132).ch, 2);
+  EXPECT_EQ(plan_for(decode_step(8, 1, 8192, 1024, 4, 3, SC_BF16, true), Path::decode, 132).ch, 2);
+  EXPECT_EQ(plan_for(decode_step(256, 1, 8192, 1024, 4, 3, SC_F32, true), Path::decode, 132).ch, 4);
 
   // fp32: the vector instance with 1 channel per thread; rows longer than kRowVecMaxS,
   // other state dtypes and ring rows: element by element; an odd D of bf16: scalar

@@ -110,10 +110,12 @@ TEST(Cuda, GeneralPathWide) {
 TEST(Cuda, TokenMajorVectorSizes) {
   REQUIRE_GPU();
   for (sc_dtype dt : {SC_BF16, SC_F16, SC_F32})
-    for (int W : {1, 2, 4, 5, 8, 12, 16})
+    for (int W : {1, 2, 3, 4, 5, 8, 12, 16})
       for (int64_t tile : {0, 1, 3, 64}) {
         Case c = base(dt, W, 3, 203, 64);
-        c.act = (W % 2) ? SC_ACT_NONE : SC_ACT_SILU;
+        // SiLU where a full-window instance exists (16-bit W = 2, 3, 4, 8;
+        // tile 64 takes the backward's), no activation on the padded widths
+        c.act = (W == 1 || W == 5 || W == 12) ? SC_ACT_NONE : SC_ACT_SILU;
         c.tile_t = tile;
         EXPECT_CASE(c);
       }
@@ -353,6 +355,38 @@ TEST(Cuda, DecodeGraphReplaysWithNewRowsAndCounts) {
     cudaGraphDestroy(g);
     cudaStreamDestroy(s);
   }
+}
+
+// Decode steps large enough for the wide instance (DecodeTraits::kWideBytes
+// of x per thread: batch 256 at D = 8192 on vLLM's rows): one token, and
+// 1 + 3 speculative tokens with accepted counts, pad slots among the rows;
+// against the oracle (the rows are copies: bitwise).  The planner's choice is
+// checked in cuda_plan_test; the same steps at batch 8 take the narrow instance.
+TEST(Cuda, DecodeWideSteps) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(5);
+  for (int64_t B : {256, 8})
+    for (int64_t T : {1, 4}) {
+      const int W = 4;
+      const int64_t D = 8192, P = B + 40;
+      Case c = base(SC_BF16, W, B, T, D);
+      c.S = T == 1 ? W - 1 : W - 2 + int(T);
+      c.residual = c.dht = c.want_dh0 = false;
+      c.want_dx = c.want_dweight = c.want_dbias = false;
+      c.state_transposed = true;
+      c.pool = P;
+      c.in_place = true;
+      c.pad_index = P + 3;
+      std::vector<int64_t> rows(static_cast<size_t>(P));
+      for (int64_t r = 0; r < P; ++r) rows[size_t(r)] = r;
+      std::shuffle(rows.begin(), rows.end(), rng);
+      c.h0_index.assign(rows.begin(), rows.begin() + B);
+      for (int64_t n = 0; n < B; n += 9) c.h0_index[size_t(n)] = n % 2 ? -1 : c.pad_index;
+      c.ht_index = c.h0_index;
+      if (T > 1)
+        for (int64_t n = 0; n < B; ++n) c.accepted.push_back(1 + int64_t(rng() % uint64_t(T)));
+      EXPECT_CASE(c);
+    }
 }
 
 // 64-bit offsets: x of [1, 2^19 + 64, 4096] bf16 (> 2^31 elements), forward
