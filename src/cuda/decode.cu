@@ -65,19 +65,24 @@ struct Rows {
   __device__ const T* vec_at(const DTensor& t, int64_t r, int64_t j) const {  // channel_vec
     return static_cast<const T*>(t.p) + r * t.s0 + d0 + j * t.s2;
   }
-  // row_vec: row r of h0 into the stage (zeros for r < 0): the S words are
+  // row_vec: the thread's CH x S block of a row is S units of CH * sizeof(T)
+  // bytes (4, or 16 for the wide instance), copied raw.
+  using Unit = std::conditional_t<CH * sizeof(T) == 16, uint4, uint32_t>;
+  // Row r of h0 into the stage (zeros for r < 0): each round's units are all
   // loaded before the first is stored (a load-store loop waited for each).
   __device__ void stage_in(int64_t r) {
-    constexpr int kMax = DecodeTraits::kRowVecMaxS;
-    uint32_t* dst = reinterpret_cast<uint32_t*>(stage);
-    const uint32_t* src =
-        reinterpret_cast<const uint32_t*>(static_cast<const T*>(a.h0.p) + (r >= 0 ? r : 0) * a.h0.s0 + d0 * a.S);
-    uint32_t v[kMax];
+    constexpr int K = DecodeTraits::kStageChunk;
+    Unit* dst = reinterpret_cast<Unit*>(stage);
+    const Unit* src =
+        reinterpret_cast<const Unit*>(static_cast<const T*>(a.h0.p) + (r >= 0 ? r : 0) * a.h0.s0 + d0 * a.S);
+    for (int k0 = 0; k0 < a.S; k0 += K) {
+      Unit v[K];
 #pragma unroll
-    for (int k = 0; k < kMax; ++k) v[k] = r >= 0 && k < a.S ? src[k] : 0u;
+      for (int k = 0; k < K; ++k) v[k] = r >= 0 && k0 + k < a.S ? src[k0 + k] : Unit{};
 #pragma unroll
-    for (int k = 0; k < kMax; ++k)
-      if (k < a.S) dst[k] = v[k];
+      for (int k = 0; k < K; ++k)
+        if (k0 + k < a.S) dst[k0 + k] = v[k];
+    }
   }
   // Entry j of initial-state row r (zeros for r < 0), as accumulators.
   __device__ void entry(int64_t r, int64_t j, A (&v)[CH]) const {
@@ -229,8 +234,9 @@ __device__ void write_row(const Args& a, Rows<T, CH, IO>& rows, const Seq& q, co
     }
     T* dst = static_cast<T*>(a.ht.p) + out * a.ht.s0 + rows.d0 * S;
     if (E == S || out == in) {  // entries past E still hold the row's own values
-      const uint32_t* src = reinterpret_cast<const uint32_t*>(rows.stage);
-      for (int k = 0; k < S; ++k) reinterpret_cast<uint32_t*>(dst)[k] = src[k];
+      using Unit = typename Rows<T, CH, IO>::Unit;
+      const Unit* src = reinterpret_cast<const Unit*>(rows.stage);
+      for (int k = 0; k < S; ++k) reinterpret_cast<Unit*>(dst)[k] = src[k];
     } else {
       for (int c = 0; c < CH; ++c)
         for (int64_t j = 0; j < E; ++j) dst[c * S + j] = rows.stage[c * S + j];
@@ -322,7 +328,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (decode_min_blocks<T, 
   using A = acc_t<T>;
   constexpr int H = WMAX - 1;
   static_assert(WMAX >= 2, "window of at least one past input");
-  extern __shared__ uint32_t decode_stage[];
+  extern __shared__ __align__(16) uint32_t decode_stage[];  // row_vec: S units per thread
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
@@ -339,7 +345,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (decode_min_blocks<T, 
     base = (v < 1 ? 1 : v > hi ? hi : v) - 1;
   }
   Rows<T, CH, IO> rows{a, StateIo(a.state_io), d0, a.ring.p ? q.c : 0,
-                       reinterpret_cast<T*>(decode_stage + int64_t(threadIdx.x) * a.S)};
+                       reinterpret_cast<T*>(decode_stage + int64_t(threadIdx.x) * a.S * (CH * int(sizeof(T)) / 4))};
   // Latency order: the row's window (vLLM rows: raw vectors) and the first
   // token are requested before the taps, whose conversion waits for their own
   // loads; the window is converted after that (one round trip, not two).
@@ -378,7 +384,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (decode_min_blocks<T, 
 }
 
 // The vector instances of type T with CH channels per thread: the linear
-// step per state-row mode (the wide instance: channel vectors only), the
+// step per state-row mode (the wide instance: the two vector modes), the
 // tree with the mode read at run time.
 template <class T, int CH>
 cudaError_t launch_decode_vec(const Plan& pl, const Args& a, Launch* l) {
@@ -395,9 +401,11 @@ cudaError_t launch_decode_vec(const Plan& pl, const Args& a, Launch* l) {
       case StateIo::scalar:
         return l->main("fwd_decode(vector, scalar rows)", fwd_decode<T, WM, CH, kSc, false>, pl, a);
     }
-  } else {  // the wide instance: linear steps on channel-vector rows (plan_decode's rule)
+  } else {  // the wide instance: linear steps on vector rows (plan_decode's rule)
     if (!a.parents.p && pl.state_io == StateIo::channel_vec)
       return l->main("fwd_decode(wide, channel rows)", fwd_decode<T, WM, CH, kCv, false>, pl, a);
+    if (!a.parents.p && pl.state_io == StateIo::row_vec)
+      return l->main("fwd_decode(wide, rows)", fwd_decode<T, WM, CH, kRv, false>, pl, a);
   }
   return l->no_instance("decode (no instance for this state-row mode)");
 }

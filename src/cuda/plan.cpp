@@ -160,22 +160,23 @@ StateIo decode_state_io(const Problem& p, int ch, bool vec) {
                aligned(v.data, ch * es);
       }))
     return StateIo::channel_vec;
-  if (p.S <= DecodeTraits::kRowVecMaxS && ch * es == DecodeTraits::kVecBytes &&
+  const int64_t unit = ch * es;  // a thread's CH channels: its block of a row is S units
+  if (p.S <= DecodeTraits::kRowVecMaxS &&
+      (unit == DecodeTraits::kVecBytes || unit == DecodeTraits::kWideBytes) &&
       both([&](const View& v) {
-        return v.stride[2] == 1 && v.stride[1] == p.S && v.stride[0] % ch == 0 &&
-               aligned(v.data, DecodeTraits::kVecBytes);
+        return v.stride[2] == 1 && v.stride[1] == p.S && v.stride[0] % ch == 0 && aligned(v.data, unit);
       }))
     return StateIo::row_vec;
   return StateIo::scalar;
 }
 
 // The wide vector instance (DecodeTraits::kWideBytes per thread): a linear
-// step (no parent tokens) on channel-vector rows whose narrow launch would
-// have at least kWideMinThreadsPerSm threads per multiprocessor.
+// step (no parent tokens) on vector rows whose narrow launch would have at
+// least kWideMinThreadsPerSm threads per multiprocessor.
 bool decode_wide_ok(const Problem& p, int sms) {
   if (p.parents || !decode_vec_ok(p, DecodeTraits::kWideBytes)) return false;
   const int ch = DecodeTraits::kWideBytes / dtype_size(p.act_dtype);
-  if (decode_state_io(p, ch, true) != StateIo::channel_vec) return false;
+  if (decode_state_io(p, ch, true) == StateIo::scalar) return false;
   const int64_t narrow_threads = p.N * (p.D / (DecodeTraits::kVecBytes / dtype_size(p.act_dtype)));
   return narrow_threads >= DecodeTraits::kWideMinThreadsPerSm * int64_t(sms);
 }
@@ -191,7 +192,7 @@ void plan_decode(const Problem& p, int sms, Plan* pl) {
   pl->block_x = DecodeTraits::kThreads;
   pl->grid_x = p.N;
   pl->grid_y = ceil_div(p.D, int64_t(DecodeTraits::kThreads) * pl->ch);
-  pl->smem = pl->state_io == StateIo::row_vec ? DecodeTraits::rowvec_smem(p.S) : 0;
+  pl->smem = pl->state_io == StateIo::row_vec ? DecodeTraits::rowvec_smem(p.S, pl->ch * dtype_size(p.act_dtype)) : 0;
   pl->tile_t = std::max<int64_t>(p.T, 1);  // a "tile" is a whole sequence
   pl->tiles_per_row = 1;
   pl->ntiles = p.N;

@@ -142,14 +142,15 @@ struct DecodeTraits {
   static constexpr int kVecBytes = 4;
   static constexpr int kVecWmax = 4;
   // Wide instance: kWideBytes of x per thread (8 bf16 channels), for steps
-  // with enough threads to fill the card several times over (batch 256 at
-  // D = 8192), where the issue rate bounds a step and the per-sequence work
-  // (row indices, addresses, the taps' loads) is paid once per 16 bytes.
-  // Linear steps on channel-vector rows (vLLM's pools) only.
+  // of many threads, where the issue rate bounds a step and the per-sequence
+  // work (row indices, addresses, the taps' loads) is paid once per 16 bytes.
+  // Linear steps on vector rows (either layout) only.
   static constexpr int kWideBytes = 16;
   // The wide instance when the narrow one would launch at least this many
-  // threads per multiprocessor (2048 are resident at most).
-  static constexpr int64_t kWideMinThreadsPerSm = 4096;
+  // threads per multiprocessor (H200, bf16 vLLM rows: wide 4.1 against 4.9 µs
+  // at 990 threads per SM (batch 64, D = 4096), 3.40 against 3.32 at 250
+  // (batch 8, D = 8192), 3.29 against 3.02 at 31 (batch 1)).
+  static constexpr int64_t kWideMinThreadsPerSm = 512;
   // Scalar instance (any strides, fp64, W 5..16): one channel per thread.
   static constexpr int kScalarWmax = kMaxFastW;
   // "A decode step": at most kMaxTokens tokens per sequence (dense), at most
@@ -162,12 +163,17 @@ struct DecodeTraits {
   static constexpr int kRowVecMaxS = 16;
   // Entries of a vLLM-layout row copied per round: read them all, then write.
   static constexpr int kRowChunk = 4;
-  static SC_TRAIT size_t rowvec_smem(int S) { return size_t(kThreads) * size_t(S) * kVecBytes; }
+  // Units of a [P, D, S] row staged per round (all loaded, then stored).
+  static constexpr int kStageChunk = 8;
+  // The row_vec stage: S units of unit_bytes (CH * element size) per thread.
+  static SC_TRAIT size_t rowvec_smem(int S, int unit_bytes) {
+    return size_t(kThreads) * size_t(S) * size_t(unit_bytes);
+  }
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "a block is whole warps");
   static_assert(kVecBytes == 4, "the stage and the x vectors are 32-bit words");
   static_assert(kWideBytes % kVecBytes == 0 && kWideBytes <= 16, "a wide x word is one vector access");
 };
-static_assert(DecodeTraits::rowvec_smem(DecodeTraits::kRowVecMaxS) <= 48 * 1024,
+static_assert(DecodeTraits::rowvec_smem(DecodeTraits::kRowVecMaxS, DecodeTraits::kWideBytes) <= 48 * 1024,
               "the row_vec stage fits the default dynamic shared memory limit");
 
 // state_fwd_ids / state_bwd_ids (seq_idx): a block's warps share kTokens

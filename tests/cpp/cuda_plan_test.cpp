@@ -128,7 +128,7 @@ TEST(CudaPlan, PlansNameInstantiatedKernelsAndCoverTheWork) {
                        p.W <= DecodeTraits::kVecWmax) ||
                       (pl.ch == DecodeTraits::kWideBytes / shortconv::dtype_size(p.act_dtype) &&
                        pl.wmax == DecodeTraits::kVecWmax && p.act_dtype != SC_F64 &&
-                       p.W <= DecodeTraits::kVecWmax && pl.state_io == StateIo::channel_vec &&
+                       p.W <= DecodeTraits::kVecWmax && pl.state_io != StateIo::scalar &&
                        !p.parents));
           EXPECT_LE(p.W, kMaxFastW);
           break;
@@ -296,8 +296,9 @@ Problem decode_step(int64_t B, int64_t T, int64_t D, int64_t P, int W, int S, sc
 }
 
 TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
-  // bf16, W = 4, one token per sequence: the vector instance, 2 channels (4 bytes) per thread
-  Problem p = decode_step(64, 1, 8192, 1024, 4, 3, SC_BF16, false);
+  // bf16, W = 4, one token per sequence, a few sequences: the vector
+  // instance, 2 channels (4 bytes) per thread
+  Problem p = decode_step(4, 1, 8192, 1024, 4, 3, SC_BF16, false);
   Path cand[kMaxPaths];
   ASSERT_GE(candidate_paths(p, cand), 1);
   EXPECT_EQ(cand[0], Path::decode);
@@ -306,8 +307,8 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
   EXPECT_EQ(pl.ch, 2);
   EXPECT_EQ(pl.wmax, DecodeTraits::kVecWmax);
   EXPECT_EQ(pl.state_io, StateIo::row_vec);  // [P, D, S] rows: 3 4-byte words per thread
-  EXPECT_EQ(pl.smem, DecodeTraits::rowvec_smem(3));
-  EXPECT_EQ(pl.grid_x, 64);
+  EXPECT_EQ(pl.smem, DecodeTraits::rowvec_smem(3, 4));
+  EXPECT_EQ(pl.grid_x, 4);
   EXPECT_EQ(pl.grid_y, 8192 / (DecodeTraits::kThreads * 2));
   EXPECT_EQ(workspace_bytes(p).value(), 0);
 
@@ -316,19 +317,23 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
   EXPECT_EQ(pl.state_io, StateIo::channel_vec);
   EXPECT_EQ(pl.smem, 0u);
 
-  // Enough threads to fill the card several times over (batch 256, D = 8192):
-  // the wide instance on vLLM's pools (16 bytes of x per thread), not on
-  // [P, D, S] rows, not for a tree, not below kWideMinThreadsPerSm per SM
-  p = decode_step(256, 1, 8192, 1024, 4, 3, SC_BF16, true);
-  ASSERT_GE(256 * 8192 / 2, DecodeTraits::kWideMinThreadsPerSm * 132);
-  pl = plan_for(p, Path::decode, 132);
-  EXPECT_EQ(pl.ch, DecodeTraits::kWideBytes / 2);
-  EXPECT_EQ(pl.state_io, StateIo::channel_vec);
-  EXPECT_EQ(pl.grid_y, 8192 / (DecodeTraits::kThreads * pl.ch));
-  p.parents.present = true;
-  EXPECT_EQ(plan_for(p, Path::decode, 132).ch, 2);
-  EXPECT_EQ(plan_for(decode_step(256, 1, 8192, 1024, 4, 3, SC_BF16, false), Path::decode, 132).ch, 2);
-  EXPECT_EQ(plan_for(decode_step(8, 1, 8192, 1024, 4, 3, SC_BF16, true), Path::decode, 132).ch, 2);
+  // Many threads (batch 64 and 256 at D = 8192): the wide instance (16 bytes
+  // of x per thread) on either layout of rows, not for a tree, not below
+  // kWideMinThreadsPerSm narrow threads per SM
+  for (bool vllm_pool : {true, false})
+    for (int64_t B : {64, 256}) {
+      p = decode_step(B, 1, 8192, 1024, 4, 3, SC_BF16, vllm_pool);
+      ASSERT_GE(B * 8192 / 2, DecodeTraits::kWideMinThreadsPerSm * 132);
+      pl = plan_for(p, Path::decode, 132);
+      EXPECT_EQ(pl.ch, DecodeTraits::kWideBytes / 2);
+      EXPECT_EQ(pl.state_io, vllm_pool ? StateIo::channel_vec : StateIo::row_vec);
+      EXPECT_EQ(pl.smem, vllm_pool ? 0 : DecodeTraits::rowvec_smem(3, DecodeTraits::kWideBytes));
+      EXPECT_EQ(pl.grid_y, 8192 / (DecodeTraits::kThreads * pl.ch));
+      p.parents.present = true;
+      EXPECT_EQ(plan_for(p, Path::decode, 132).ch, 2);
+    }
+  ASSERT_LT(8 * 4096 / 2, DecodeTraits::kWideMinThreadsPerSm * 132);
+  EXPECT_EQ(plan_for(decode_step(8, 1, 4096, 1024, 4, 3, SC_BF16, true), Path::decode, 132).ch, 2);
   EXPECT_EQ(plan_for(decode_step(256, 1, 8192, 1024, 4, 3, SC_F32, true), Path::decode, 132).ch, 4);
 
   // fp32: the vector instance with 1 channel per thread; rows longer than kRowVecMaxS,

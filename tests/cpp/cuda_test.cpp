@@ -358,13 +358,15 @@ TEST(Cuda, DecodeGraphReplaysWithNewRowsAndCounts) {
 }
 
 // Decode steps large enough for the wide instance (DecodeTraits::kWideBytes
-// of x per thread: batch 256 at D = 8192 on vLLM's rows): one token, and
-// 1 + 3 speculative tokens with accepted counts, pad slots among the rows;
-// against the oracle (the rows are copies: bitwise).  The planner's choice is
-// checked in cuda_plan_test; the same steps at batch 8 take the narrow instance.
+// of x per thread: batch 256 at D = 8192), on vLLM's rows and on [P, D, S]
+// rows: one token, and 1 + 3 speculative tokens with accepted counts, pad
+// slots among the rows; against the oracle (the rows are copies: bitwise).
+// The planner's choice is checked in cuda_plan_test; the same steps at batch
+// 8 take the narrow instance.
 TEST(Cuda, DecodeWideSteps) {
   REQUIRE_GPU();
   std::mt19937_64 rng(5);
+  for (bool vllm_rows : {true, false})
   for (int64_t B : {256, 8})
     for (int64_t T : {1, 4}) {
       const int W = 4;
@@ -373,7 +375,7 @@ TEST(Cuda, DecodeWideSteps) {
       c.S = T == 1 ? W - 1 : W - 2 + int(T);
       c.residual = c.dht = c.want_dh0 = false;
       c.want_dx = c.want_dweight = c.want_dbias = false;
-      c.state_transposed = true;
+      c.state_transposed = vllm_rows;
       c.pool = P;
       c.in_place = true;
       c.pad_index = P + 3;
