@@ -329,6 +329,9 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
       EXPECT_EQ(pl.state_io, vllm_pool ? StateIo::channel_vec : StateIo::row_vec);
       EXPECT_EQ(pl.smem, vllm_pool ? 0 : DecodeTraits::rowvec_smem(3, DecodeTraits::kWideBytes));
       EXPECT_EQ(pl.grid_y, 8192 / (DecodeTraits::kThreads * pl.ch));
+      Problem spec = p;  // speculative steps: wide on vLLM's rows only
+      spec.accepted.present = true;
+      EXPECT_EQ(plan_for(spec, Path::decode, 132).ch, vllm_pool ? pl.ch : 2);
       p.parents.present = true;
       EXPECT_EQ(plan_for(p, Path::decode, 132).ch, 2);
     }
