@@ -12,7 +12,7 @@
 #
 # GPU_CONFORM_SECONDS / GPU_PYTEST_SECONDS bound the two Python stages.
 # Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_BENCH=1 /
-# GPU_SKIP_PY=1 / GPU_SKIP_CONFORM=1 / GPU_SKIP_CPU=1 skip a stage;
+# GPU_SKIP_PY=1 / GPU_SKIP_CONFORM=1 / GPU_SKIP_PYBENCH=1 / GPU_SKIP_CPU=1 skip a stage;
 # GPU_SAN_FILTER replaces the sanitizer stage's gtest filter; GPU_PYTEST_PATHS the Python
 # suite's paths (default tests/python) and GPU_PYTEST_ARGS adds pytest options;
 # GPU_BENCH_ARGS adds options to the bench (e.g. "--shape 8x4096x4096");
@@ -70,7 +70,7 @@ CLI=$B/bin/shortconv
 [ -x "$CLI" ] || CLI=$(find "$B" -maxdepth 2 -type f -name shortconv -perm -u+x | head -1)
 
 GPU_FILTER='Cuda.*:*/cuda'
-SAN_FILTER=${GPU_SAN_FILTER:-'Cuda.PackedVector:Cuda.InPlaceDecode:Cuda.GeneralPathWide:Cuda.ChannelMajor:Cuda.StridedViews:Backends/SeqIdx.*/cuda:Backends/Serving.AcceptedCountsAtBothEndsAndPadSlots/cuda:Backends/Serving.StarDraftsAreTwoTokenSteps/cuda:Cuda.DecodeGraphReplaysWithNewRowsAndCounts'}
+SAN_FILTER=${GPU_SAN_FILTER:-'Cuda.PackedVector:Cuda.InPlaceDecode:Cuda.GeneralPathWide:Cuda.ChannelMajor:Cuda.StridedViews:Backends/SeqIdx.*/cuda:Backends/Serving.AcceptedCountsAtBothEndsAndPadSlots/cuda:Backends/Serving.StarDraftsAreTwoTokenSteps/cuda:Cuda.DecodeGraphReplaysWithNewRowsAndCounts:Cuda.DecodeWideSteps'}
 if [ "${GPU_SKIP_TESTS:-0}" != 1 ]; then
   stage tests "$TESTS" --gtest_filter="$GPU_FILTER"
 fi
@@ -104,7 +104,7 @@ if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
   stage pytest env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     timeout "${GPU_PYTEST_SECONDS:-300}" "$PY" -m pytest -q -p no:cacheprovider --durations=15 \
     ${GPU_PYTEST_PATHS:-$ROOT/tests/python} ${GPU_PYTEST_ARGS:-}
-  stage pybench env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
+  [ "${GPU_SKIP_PYBENCH:-0}" = 1 ] || stage pybench env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     "$PY" -m shortconv.bench --device cuda --budget ${GPU_PYBENCH_BUDGET:-0.3} \
     $([ -s "$LOG/bench.json" ] && echo --cli-json "$LOG/bench.json")
   # the decode section through the PyTorch API: eager vs one torch op, graph replays, the
