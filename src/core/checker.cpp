@@ -189,14 +189,17 @@ bool Checker::shape_is(const char* name, const sc_tensor& t, std::initializer_li
 // each stride must reach past the extent of the smaller dims.
 bool Checker::no_self_overlap(const char* name, const sc_tensor& t) {
   if (!ok()) return false;
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with size > 1
+  std::pair<int64_t, int64_t> dims[SC_MAX_DIMS];  // (stride, size) of dims with size > 1
+  int n = 0;
   for (int i = 0; i < t.ndim; ++i) {
     if (t.shape[i] == 0) return true;  // empty: nothing is written (contiguous strides may be 0)
-    if (t.shape[i] > 1) dims.push_back({t.stride[i], t.shape[i]});
+    if (t.shape[i] > 1) dims[n++] = {t.stride[i], t.shape[i]};
   }
-  std::sort(dims.begin(), dims.end());
+  for (int i = 1; i < n; ++i)  // insertion sort of at most SC_MAX_DIMS pairs
+    for (int j = i; j > 0 && dims[j] < dims[j - 1]; --j) std::swap(dims[j], dims[j - 1]);
   int64_t reach = 1;  // elements spanned by the dims so far
-  for (auto [stride, size] : dims) {
+  for (int i = 0; i < n; ++i) {
+    const auto [stride, size] = dims[i];
     if (stride < reach)
       return bad(SC_ERR_INVALID_ARGUMENT,
                  "%s: output strides make elements overlap (stride %lld for a dim of size %lld; "

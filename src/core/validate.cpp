@@ -42,7 +42,6 @@ struct Call {
   bool ids = false;                  // seq_idx describes the batch (section 3)
   View xv;                           // x as [B, T, D]
   int64_t B = 0, T = 0, D = 0, N = 0;
-  std::string xshape;                // "like x [...]", for messages
 };
 
 // ---- exec and scalars -------------------------------------------------------
@@ -121,7 +120,6 @@ sc_status check_batch(Call& k) {
       return c.status;
     k.N = k.B * k.T;  // the packed batch of section 3 (fits: seq_idx's count was checked)
   }
-  k.xshape = "like x " + shape_str(a.x);
   return SC_OK;
 }
 
@@ -692,8 +690,8 @@ bool check_act(Call& k, const char* name, const sc_tensor& t) {
     return false;
   for (int i = 0; i < t.ndim; ++i)
     if (t.shape[i] != x.shape[i])
-      return k.c.bad(SC_ERR_INVALID_ARGUMENT, "%s: expected shape %s, got %s", name,
-                     k.xshape.c_str(), shape_str(t).c_str());
+      return k.c.bad(SC_ERR_INVALID_ARGUMENT, "%s: expected shape like x %s, got %s", name,
+                     shape_str(x).c_str(), shape_str(t).c_str());
   return true;
 }
 
@@ -807,41 +805,49 @@ sc_status check_overlaps(Call& k) {
     const char* name;
     const sc_tensor* t;
   };
-  std::vector<Named> ins = {{"x", &a.x}, {"weight", &a.weight}, {"bias", &a.bias},
-                            {"cu_seqlens", &a.cu_seqlens},
-                            {"initial_state_indices", &a.initial_state_indices},
-                            {"has_initial_state", &a.has_initial_state},
-                            {"ring_offsets", &a.ring_offsets}, {"seq_idx", &a.seq_idx},
-                            {"num_accepted", &a.num_accepted},
-                            {"parent_tokens", &a.parent_tokens},
-                            {"block_table", &a.block_table},
-                            {"initial_block", &a.initial_block},
-                            {"final_block", &a.final_block},
-                            {"first_block", &a.first_block},
-                            {"computed_tokens", &a.computed_tokens}};
-  std::vector<Named> outs;
+  // Fixed-size lists (validation runs on every call and allocates nothing):
+  // the inputs of both directions, then the direction's own.
+  constexpr size_t kMaxIns = 17, kMaxOuts = 4;
+  Named ins[kMaxIns] = {{"x", &a.x}, {"weight", &a.weight}, {"bias", &a.bias},
+                        {"cu_seqlens", &a.cu_seqlens},
+                        {"initial_state_indices", &a.initial_state_indices},
+                        {"has_initial_state", &a.has_initial_state},
+                        {"ring_offsets", &a.ring_offsets}, {"seq_idx", &a.seq_idx},
+                        {"num_accepted", &a.num_accepted},
+                        {"parent_tokens", &a.parent_tokens},
+                        {"block_table", &a.block_table},
+                        {"initial_block", &a.initial_block},
+                        {"final_block", &a.final_block},
+                        {"first_block", &a.first_block},
+                        {"computed_tokens", &a.computed_tokens}};
+  size_t n_in = 15, n_out = 0;
+  Named outs[kMaxOuts];
   if (k.fwd) {
-    ins.push_back({"residual", &a.residual});
-    ins.push_back({"final_state_indices", &a.final_state_indices});
-    outs = {{"y", &a.y}, {"final_state", &a.final_state}};
+    ins[n_in++] = {"residual", &a.residual};
+    ins[n_in++] = {"final_state_indices", &a.final_state_indices};
+    outs[n_out++] = {"y", &a.y};
+    outs[n_out++] = {"final_state", &a.final_state};
   } else {
-    ins.push_back({"dy", &a.dy});
-    ins.push_back({"dfinal_state", &a.dfinal_state});
-    outs = {{"dx", &a.dx}, {"dweight", &a.dweight}, {"dbias", &a.dbias},
-            {"dinitial_state", &a.dinitial_state}};
+    ins[n_in++] = {"dy", &a.dy};
+    ins[n_in++] = {"dfinal_state", &a.dfinal_state};
+    outs[n_out++] = {"dx", &a.dx};
+    outs[n_out++] = {"dweight", &a.dweight};
+    outs[n_out++] = {"dbias", &a.dbias};
+    outs[n_out++] = {"dinitial_state", &a.dinitial_state};
   }
   const bool in_place = state_in_place(k);
-  for (size_t i = 0; i < outs.size(); ++i) {
+  for (size_t i = 0; i < n_out; ++i) {
     const sc_tensor& o = *outs[i].t;
     if (!present(o)) continue;
     if (!c.no_self_overlap(outs[i].name, o)) return c.status;
-    for (const Named& in : ins)
-      if (present(*in.t) && !c.disjoint(outs[i].name, o, in.name, *in.t)) return c.status;
+    for (size_t m = 0; m < n_in; ++m)
+      if (present(*ins[m].t) && !c.disjoint(outs[i].name, o, ins[m].name, *ins[m].t))
+        return c.status;
     const bool aliased_state = in_place && &o == &a.final_state;
     if (present(a.initial_state) && !aliased_state &&
         !c.disjoint(outs[i].name, o, "initial_state", a.initial_state))
       return c.status;
-    for (size_t j = i + 1; j < outs.size(); ++j)
+    for (size_t j = i + 1; j < n_out; ++j)
       if (present(*outs[j].t) && !c.disjoint(outs[i].name, o, outs[j].name, *outs[j].t))
         return c.status;
   }
