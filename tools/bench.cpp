@@ -12,7 +12,9 @@
 // the case has states).  Small cases rotate over several copies of their
 // buffers so they are not timed out of cache.
 //   host backends: steady_clock per call, one warm-up, median; copy:
-//                  multi-threaded memcpy.
+//                  multi-threaded memcpy, the fastest of a few; each row's
+//                  floor from a copy measured beside it (a shared machine's
+//                  bandwidth moves by 2x within seconds).
 //   a GPU (CUDA):  GPU time per call: the calls (rotating over the copies, at
 //                  least kGraphCalls of them) are captured once into a CUDA
 //                  graph whose replays are timed with cudaEvents (median),
@@ -67,8 +69,17 @@ struct Result {
   double fwd_us = 0, fwdbwd_us = 0;
   double fwd_call_us = NAN, fwdbwd_call_us = NAN;  // CUDA: one eager call between events
   int fwd_reps = 0, fwdbwd_reps = 0;
+  // Host backends: the copy bandwidth measured beside this row (the faster of
+  // one copy before its forward timing and one before its f+b timing), its
+  // floor; NAN: the run's (a GPU's).
+  double copy_GBps = NAN;
   std::string error;
 };
+
+// The copy bandwidth of r's floor.
+double row_copy(const Result& r, double run_copy_GBps) {
+  return r.copy_GBps > 0 ? r.copy_GBps : run_copy_GBps;
+}
 
 void usage(FILE* f) {
   std::fprintf(f,
@@ -301,8 +312,11 @@ Result bench_one(const Shape& s, sc_dtype dt, const Settings& st, const Timing& 
     Prepared& p = *ps[size_t(i % copies)];
     return clock.time([&] { fwdbwd_call(p); });
   };
+  const double copy_before_fwd = clock.copy_now_GBps();
   r.fwd_us = measure(pol, int(st.reps), fwd, &r.fwd_reps);
+  const double copy_before_fb = clock.copy_now_GBps();
   if (status == SC_OK) r.fwdbwd_us = measure(pol, int(st.reps), fwdbwd, &r.fwdbwd_reps);
+  if (!st.device) r.copy_GBps = std::max(copy_before_fwd, copy_before_fb);
 #ifdef SHORTCONV_WITH_CUDA
   if (st.device && status == SC_OK) {
     // The eager numbers above include the host path; the graph numbers are GPU time.
@@ -331,9 +345,11 @@ void print_header(const Settings& st, double copy_GBps) {
                         : "steady_clock, median",
               copy_GBps);
   std::printf("floor = bytes that must move / copy bandwidth: fwd 2 x-sized tensors, "
-              "fwd+bwd 5; frac = floor / time\n\n");
-  std::printf("%-34s %-5s %2s %-13s %11s %8s %6s %11s %8s %6s\n", "shape", "dtype", "W",
-              "layout", "fwd_us", "GB/s", "frac", "fwdbwd_us", "GB/s", "frac");
+              "fwd+bwd 5; frac = floor / time%s\n\n",
+              st.device ? "" : "; each row's copy bandwidth measured beside it (copy GB/s)");
+  std::printf("%-34s %-5s %2s %-13s %11s %8s %6s %11s %8s %6s%s\n", "shape", "dtype", "W",
+              "layout", "fwd_us", "GB/s", "frac", "fwdbwd_us", "GB/s", "frac",
+              st.device ? "" : "  copy GB/s");
 }
 
 void print_row(const Result& r, const Settings& st, double copy_GBps) {
@@ -342,28 +358,31 @@ void print_row(const Result& r, const Settings& st, double copy_GBps) {
                 r.layout.c_str(), r.error.c_str());
   } else {
     const double fb = 2.0 * double(r.x_bytes), bb = 5.0 * double(r.x_bytes);
+    const double copy = row_copy(r, copy_GBps);
     std::printf("%-34s %-5s %2d %-13s %11.1f %8.1f %6.3f %11.1f %8.1f %6.3f",
                 r.shape.c_str(), r.dtype.c_str(), r.W, r.layout.c_str(), r.fwd_us,
-                fb / r.fwd_us / 1e3, fb / (copy_GBps * 1e3) / r.fwd_us, r.fwdbwd_us,
-                bb / r.fwdbwd_us / 1e3, bb / (copy_GBps * 1e3) / r.fwdbwd_us);
+                fb / r.fwd_us / 1e3, fb / (copy * 1e3) / r.fwd_us, r.fwdbwd_us,
+                bb / r.fwdbwd_us / 1e3, bb / (copy * 1e3) / r.fwdbwd_us);
     if (st.device) std::printf("   eager call %.1f / %.1f us", r.fwd_call_us, r.fwdbwd_call_us);
+    else std::printf("  %10.1f", copy);
     std::printf("\n");
   }
   std::fflush(stdout);
 }
 
-void print_json(const std::vector<Result>& results, const Settings& st, double copy_GBps,
+void print_json(const std::vector<Result>& results, const Settings& st, double run_copy_GBps,
                 const DecodeRun* decode) {
   std::printf("{\"backend\": %s, \"threads\": %lld, \"copy_GBps\": %s, \"results\": [",
-              json_str(st.bname).c_str(), (long long)st.threads, json_num(copy_GBps).c_str());
+              json_str(st.bname).c_str(), (long long)st.threads, json_num(run_copy_GBps).c_str());
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     const double fb = 2.0 * double(r.x_bytes), bb = 5.0 * double(r.x_bytes);
     const bool ok = r.error.empty();
+    const double copy_GBps = row_copy(r, run_copy_GBps);  // (the row's floor)
     std::printf("%s\n  {\"shape\": %s, \"dtype\": %s, \"W\": %d, \"layout\": %s, \"x_bytes\": %lld, "
                 "\"fwd_us\": %s, \"fwdbwd_us\": %s, \"fwd_GBps\": %s, \"fwdbwd_GBps\": %s, "
                 "\"fwd_frac\": %s, \"fwdbwd_frac\": %s, \"fwd_reps\": %d, \"fwdbwd_reps\": %d, "
-                "\"fwd_call_us\": %s, \"fwdbwd_call_us\": %s, \"error\": %s}",
+                "\"fwd_call_us\": %s, \"fwdbwd_call_us\": %s, \"copy_GBps\": %s, \"error\": %s}",
                 i ? "," : "", json_str(r.shape).c_str(), json_str(r.dtype).c_str(), r.W,
                 json_str(r.layout).c_str(), (long long)r.x_bytes,
                 json_num(ok ? r.fwd_us : NAN).c_str(), json_num(ok ? r.fwdbwd_us : NAN).c_str(),
@@ -372,9 +391,10 @@ void print_json(const std::vector<Result>& results, const Settings& st, double c
                 json_num(ok ? fb / (copy_GBps * 1e3) / r.fwd_us : NAN).c_str(),
                 json_num(ok ? bb / (copy_GBps * 1e3) / r.fwdbwd_us : NAN).c_str(), r.fwd_reps,
                 r.fwdbwd_reps, json_num(r.fwd_call_us).c_str(), json_num(r.fwdbwd_call_us).c_str(),
-                json_str(r.error).c_str());
+                json_num(copy_GBps).c_str(), json_str(r.error).c_str());
   }
-  std::printf("\n]%s%s}\n", decode ? ", " : "", decode ? decode_json(*decode, copy_GBps).c_str() : "");
+  std::printf("\n]%s%s}\n", decode ? ", " : "",
+              decode ? decode_json(*decode, run_copy_GBps).c_str() : "");
 }
 
 // --decode / --no-decode / --shape: which sections run.

@@ -31,8 +31,7 @@ double measure(const Timing& pol, int min_reps, const std::function<double(int)>
   return median(t);
 }
 
-double host_copy_GBps(int threads) {
-  const size_t bytes = size_t(512) << 20;
+double host_copy_GBps(int threads, size_t bytes, int reps) {
   std::vector<unsigned char> src(bytes, 1), dst(bytes, 0);
   const int nt = threads > 0 ? threads : omp_get_max_threads();
   auto once = [&]() {
@@ -45,9 +44,9 @@ double host_copy_GBps(int threads) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   once();
-  std::vector<double> t;
-  for (int i = 0; i < 5; ++i) t.push_back(once());
-  return 2.0 * double(bytes) / median(t) / 1e9;  // read + write
+  double best = INFINITY;
+  for (int i = 0; i < reps; ++i) best = std::min(best, once());
+  return 2.0 * double(bytes) / best / 1e9;  // read + write
 }
 
 #ifdef SHORTCONV_WITH_CUDA

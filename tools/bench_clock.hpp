@@ -36,7 +36,10 @@ double median(std::vector<double> v);
 // Median of timed(i) (i = rep index, for rotation; returns microseconds)
 // after one warm-up call, repeated per the timing.
 double measure(const Timing& pol, int min_reps, const std::function<double(int)>& timed, int* reps);
-double host_copy_GBps(int threads);  // read + write bytes / s of a multi-threaded memcpy
+// Read + write bytes / s of a multi-threaded memcpy of `bytes` between two
+// buffers (the fastest of `reps` after one warm-up: what the memory gives at
+// best just then; a shared machine's bandwidth moves by 2x within seconds).
+double host_copy_GBps(int threads, size_t bytes = size_t(512) << 20, int reps = 5);
 #ifdef SHORTCONV_WITH_CUDA
 double device_copy_GBps(cudaStream_t s);
 // GPU time per call: `calls` calls of once(i) captured into one graph on s;
@@ -81,8 +84,13 @@ class Clock {
     }
 #endif
     (void)timing;
+    threads_ = threads;
     copy_GBps = host_copy_GBps(threads);
   }
+  // Host backends: the copy bandwidth now (a shorter copy than the run's), for
+  // the floor of the row timed next to it.  NAN on a GPU (its copy is stable).
+  double copy_now_GBps() const { return device_ ? NAN : host_copy_GBps(threads_, kRowCopyBytes, 3); }
+  static constexpr size_t kRowCopyBytes = size_t(256) << 20;  // 8x a 32 MiB L3
   ~Clock() {
 #ifdef SHORTCONV_WITH_CUDA
     if (device_) {
@@ -127,6 +135,7 @@ class Clock {
 
  private:
   bool device_;
+  int threads_ = 0;
 };
 
 }  // namespace shortconv::cli

@@ -93,7 +93,8 @@ def sync(device):
 
 
 def copy_GBps(device):
-    """Copy bandwidth (read + write bytes / s) of a large torch copy_."""
+    """Copy bandwidth (read + write bytes / s) of a large torch copy_ (CUDA: the median of
+    10, host: the fastest of 4)."""
     n = (1 << 30) if device == "cuda" else (512 << 20)
     a = torch.ones(n, dtype=torch.uint8, device=device)
     b = torch.empty_like(a)
@@ -112,7 +113,9 @@ def copy_GBps(device):
             t0 = time.perf_counter()
             b.copy_(a)
             times.append(time.perf_counter() - t0)
-    return 2.0 * n / statistics.median(times) / 1e9
+    # the GPU's copy is stable: the median; a shared host's bandwidth moves by 2x within
+    # seconds: the fastest copy, what the memory gives at best (the CLI's rule)
+    return 2.0 * n / (statistics.median(times) if device == "cuda" else min(times)) / 1e9
 
 
 def make_inputs(s, dtype, device, seed, grad):
