@@ -303,7 +303,7 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
     else states(p, pl, c.seqs, halo);
     if (pl.run_tiles) {         // 2: the tiles (cpu_kernels.hpp)
 #pragma omp for schedule(static)
-      for (int64_t t = 0; t < pl.n_tiles; ++t) tile_fn(c, t);
+      for (int64_t t = 0; t < pl.n_tasks; ++t) tile_fn(c, t);
     }
     if (p.dir == Dir::bwd && (p.dweight || p.dbias)) reduce_partials(p, pl, L, part);  // 3
   }

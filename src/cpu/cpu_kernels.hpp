@@ -400,17 +400,21 @@ struct Rings {
 template <class O, class Act>
 constexpr bool unscaled() { return Act::template scale<O>() == 1.f; }
 
+// Forward task `task`: chunk_group consecutive chunks of one d-tile (one chunk,
+// task = tile, unless the plan groups them for the time-vectorised kernels),
+// as pieces of whole sequences within them (the forward has no per-tile sums).
 template <class O, int WT, class XT, class Act>
-void fwd_tile(const Ctx& c, int64_t tile) {
+void fwd_tile(const Ctx& c, int64_t task) {
   static_assert(unscaled<O, Act>(), "the CPU kernels do not pre-scale weights");
   const Plan& pl = *c.plan;
   const Problem& p = *c.p;
-  const int64_t chunk = tile / pl.n_dtiles, dt = tile % pl.n_dtiles;
+  const int64_t chunk = task / pl.n_dtiles * pl.chunk_group, dt = task % pl.n_dtiles;
   const int64_t d0 = dt * pl.tile_d, d1 = std::min(d0 + pl.tile_d, p.D);
   Rings<typename O::A> rings;
-  typename O::A* ring = rings.get(c, tile);
+  typename O::A* ring = rings.get(c, chunk * pl.n_dtiles + dt);  // (its first tile's slot)
   const bool tv = time_vectorised(p);
-  for_each_piece(c.seqs, pl, chunk, [&](int64_t n, int64_t tb, int64_t te, int64_t) {
+  const int64_t g0 = chunk * pl.tile_t, g1 = std::min(g0 + pl.chunk_group * pl.tile_t, pl.total);
+  for_each_piece_in(c.seqs, g0, g1, [&](int64_t n, int64_t tb, int64_t te, int64_t) {
     if (c.seqs.pad(n))  // a padding run of seq_idx: y = 0
       zero_rows<O, XT>(p.y, c.seqs.base(p.y, n), tb, te, d0, d1);
     else if (tv)
@@ -472,31 +476,51 @@ void tree_task(const Ctx& c, int64_t task) {
   }
 }
 
+// Backward task `task`: chunk_group consecutive chunks of one d-tile (see
+// fwd_tile).  Each chunk's tile keeps its own partial row and pieces; with
+// several chunks (time-vectorised only) the task walks channel by channel
+// through all of them, each channel's pieces in time order, so every partial
+// entry gets the same terms in the same order as one chunk at a time.
 template <class O, int WT, class XT, class Act>
-void bwd_tile(const Ctx& c, int64_t tile) {
+void bwd_tile(const Ctx& c, int64_t task) {
   static_assert(unscaled<O, Act>(), "the CPU kernels do not pre-scale weights");
   using A = typename O::A;
   const Plan& pl = *c.plan;
   const Problem& p = *c.p;
-  const int64_t chunk = tile / pl.n_dtiles, dt = tile % pl.n_dtiles;
+  const int64_t chunk0 = task / pl.n_dtiles * pl.chunk_group, dt = task % pl.n_dtiles;
+  const int64_t chunk1 = std::min(chunk0 + pl.chunk_group, pl.n_chunks);
   const int64_t d0 = dt * pl.tile_d, d1 = std::min(d0 + pl.tile_d, p.D);
-  A* part = nullptr;  // this tile's [tile_d/L][W+1][L] partial dweight / dbias
-  if (c.part) {
-    part = static_cast<A*>(c.part) + tile * (p.W + 1) * pl.tile_d;
-    std::fill(part, part + (p.W + 1) * pl.tile_d, A(0));
-  }
+  // tile (chunk, dt)'s [tile_d/L][W+1][L] partial dweight / dbias, zeroed first
+  auto part_of = [&](int64_t chunk) -> A* {
+    return c.part ? static_cast<A*>(c.part) + (chunk * pl.n_dtiles + dt) * (p.W + 1) * pl.tile_d
+                  : nullptr;
+  };
+  for (int64_t ch = chunk0; ch < chunk1; ++ch)
+    if (A* part = part_of(ch)) std::fill(part, part + (p.W + 1) * pl.tile_d, A(0));
   Rings<A> rings;
-  A* ring = rings.get(c, tile);
+  A* ring = rings.get(c, chunk0 * pl.n_dtiles + dt);  // (its first tile's slot)
   const bool tv = time_vectorised(p);
-  for_each_piece(c.seqs, pl, chunk, [&](int64_t n, int64_t tb, int64_t te, int64_t Ln) {
-    if (c.seqs.pad(n)) {  // a padding run of seq_idx: dx = 0, no other term
-      if (p.dx) zero_rows<O, XT>(p.dx, c.seqs.base(p.dx, n), tb, te, d0, d1);
-    } else if (tv) {
-      bwd_piece_time<O, WT, XT, Act>(c, n, tb, te, Ln, d0, d1, part, ring);
-    } else {
-      bwd_piece<O, WT, XT, Act>(c, n, tb, te, Ln, d0, d1, part, ring);
-    }
-  });
+  auto pad = [&](int64_t n, int64_t tb, int64_t te) {  // a padding run of seq_idx: dx = 0, no other term
+    if (p.dx) zero_rows<O, XT>(p.dx, c.seqs.base(p.dx, n), tb, te, d0, d1);
+  };
+  if (tv && chunk1 - chunk0 > 1) {
+    for (int64_t ch = chunk0; ch < chunk1; ++ch)
+      for_each_piece(c.seqs, pl, ch, [&](int64_t n, int64_t tb, int64_t te, int64_t) {
+        if (c.seqs.pad(n)) pad(n, tb, te);
+      });
+    for (int64_t d = d0; d < d1; ++d)
+      for (int64_t ch = chunk0; ch < chunk1; ++ch)
+        for_each_piece(c.seqs, pl, ch, [&](int64_t n, int64_t tb, int64_t te, int64_t Ln) {
+          if (!c.seqs.pad(n)) bwd_piece_time<O, WT, XT, Act>(c, n, tb, te, Ln, d, d + 1, part_of(ch), ring, d0);
+        });
+    return;
+  }
+  for (int64_t ch = chunk0; ch < chunk1; ++ch)
+    for_each_piece(c.seqs, pl, ch, [&](int64_t n, int64_t tb, int64_t te, int64_t Ln) {
+      if (c.seqs.pad(n)) pad(n, tb, te);
+      else if (tv) bwd_piece_time<O, WT, XT, Act>(c, n, tb, te, Ln, d0, d1, part_of(ch), ring, d0);
+      else bwd_piece<O, WT, XT, Act>(c, n, tb, te, Ln, d0, d1, part_of(ch), ring);
+    });
 }
 
 // The kernel table of the ISA namespace it is expanded in: every (dtype slot,

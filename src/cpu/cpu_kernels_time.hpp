@@ -35,9 +35,8 @@ constexpr int64_t time_buffer_elems(int64_t W) { return 2 * kTimeBlock + 3 * (W 
 static_assert(time_buffer_elems(4) * 8 <= int64_t(Tiling::kStackRingBytes), "W <= 4 buffers fit the stack");
 
 // The time-vectorised kernels run when x's time axis is contiguous and its
-// channel axis is not (dy, y, dx, residual: any strides, lane by lane when
-// theirs differ).
-inline bool time_vectorised(const Problem& p) { return p.x.stride[1] == 1 && p.x.stride[2] != 1; }
+// channel axis is not (time_vectorised, cpu_plan.hpp; dy, y, dx, residual: any
+// strides, lane by lane when theirs differ).
 
 // Calls f(i, n, full) for the vectors [i, i + L) of [0, rows), n real lanes:
 // full = std::true_type for whole vectors when `contig` (every tensor the
@@ -236,7 +235,8 @@ void dx_time(const Problem& p, int64_t row, int64_t t0, int64_t rows, int64_t Ln
 // partials of the block's rows, dx, and dh0 in the sequence's first block.
 template <class O, int WT, class XT, class Act>
 void bwd_piece_time(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int64_t d0,
-                    int64_t d1, typename O::A* part, typename O::A* buf) {
+                    int64_t d1, typename O::A* part, typename O::A* buf, int64_t part_d0) {
+  // (channels [d0, d1) of the tile whose partial row `part` starts at channel part_d0)
   using V = typename O::V;
   using A = typename O::A;
   constexpr int L = O::L;
@@ -268,7 +268,7 @@ void bwd_piece_time(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln,
           O::store(gs + i, Act::template dgrad<O>(gy, acc));
         });
         O::store(gs + (rend - t0 + L - 1) / L * L, O::zero());  // what dx's last lanes read past rend
-        if (part) add_partials<O>(W, rows, xs, gs, part, d - d0);
+        if (part) add_partials<O>(W, rows, xs, gs, part, d - part_d0);
       }
       if (dx) dx_time<O, WT, XT>(p, c.seqs.row(n), t0, rows, Ln, d, w, gs, dx);
       if (dh0_here) dh0_time<O, WT>(p, c.seqs.row(n), Ln, nh, d, w, gs);

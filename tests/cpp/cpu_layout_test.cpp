@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "core/problem.hpp"
+#include "cpu/cpu_plan.hpp"
 #include "harness/harness.hpp"
 
 namespace {
@@ -107,6 +109,84 @@ TEST(CpuLayouts, TimeVectorisedEqualsChannelVectorised) {
     EXPECT_EQ(why, "") << tm.describe();
     bad += !why.empty();
   }
+}
+
+// A time-contiguous x runs tasks of several consecutive chunks of one d-tile
+// (Plan::chunk_group, cpu_plan.hpp: each channel read in one long run); a
+// token-major x keeps one chunk per task.  The plan first, then runs whose
+// tasks span chunks (forced short tiles, dense and packed with sequences
+// across chunk edges): y, ht, dx, dh0 bitwise the token-major's, dweight and
+// dbias to rounding (summed along time there, as in the test above).
+TEST(CpuLayouts, ForwardTasksSpanChunksOnTimeContiguousX) {
+  static char buffer[64] alignas(64);
+  auto problem = [&](bool channel_major, shortconv::Dir dir, int64_t tile_t) {
+    shortconv::Problem p;
+    p.dir = dir;
+    p.W = 4;
+    p.S = 3;
+    p.act_dtype = SC_BF16;
+    p.B = p.N = 4;
+    p.T = 4096;
+    p.D = 2048;
+    p.exec.tile_t = tile_t;
+    shortconv::View v;
+    v.present = true;
+    v.data = buffer;
+    v.dtype = SC_BF16;
+    v.shape[0] = p.B;
+    v.shape[1] = p.T;
+    v.shape[2] = p.D;
+    v.stride[0] = p.T * p.D;
+    v.stride[1] = channel_major ? 1 : p.D;
+    v.stride[2] = channel_major ? p.T : 1;
+    p.x = v;
+    if (dir == shortconv::Dir::fwd) p.y = v;
+    else p.dy = p.dx = v;
+    return p;
+  };
+  using shortconv::Dir;
+  using shortconv::cpu::make_plan;
+  const auto cm = make_plan(problem(true, Dir::fwd, 0));
+  EXPECT_EQ(cm.chunk_group, shortconv::cpu::Tiling::kTimeTaskRows / cm.tile_t);
+  EXPECT_EQ(cm.n_tasks, (cm.n_chunks + cm.chunk_group - 1) / cm.chunk_group * cm.n_dtiles);
+  EXPECT_GE(cm.n_tasks, shortconv::cpu::Tiling::kMinTasks);
+  EXPECT_EQ(make_plan(problem(false, Dir::fwd, 0)).chunk_group, 1);
+  EXPECT_EQ(make_plan(problem(false, Dir::bwd, 0)).chunk_group, 1);
+  EXPECT_EQ(make_plan(problem(true, Dir::bwd, 0)).chunk_group, cm.chunk_group);
+  EXPECT_EQ(make_plan(problem(true, Dir::bwd, 0)).n_tiles, cm.n_tiles);  // (partial rows: per tile)
+  const auto few = make_plan(problem(true, Dir::fwd, 4096));  // 4 chunks x 8 d-tiles: < kMinTasks
+  EXPECT_EQ(few.chunk_group, 1);
+  EXPECT_EQ(few.n_tasks, few.n_tiles);
+
+  for (bool packed : {false, true})
+    for (int64_t tile : {8, 16, 0}) {
+      Case tm;
+      tm.act_dtype = tm.param_dtype = tm.state_dtype = SC_BF16;
+      tm.W = 4;
+      tm.S = 3;
+      tm.D = 40;
+      tm.h0 = tm.ht = tm.residual = tm.dht = tm.want_dh0 = true;
+      tm.tile_t = tile;
+      if (packed) {
+        tm.packed = true;
+        tm.lengths = {5, 0, 700, 3, 1300, 2};
+      } else {
+        tm.B = 2;
+        tm.T = 1500;
+      }
+      Case cmc = tm;
+      cmc.layout = Layout::channel_major;
+      const Inputs in = make_inputs(tm);
+      const Outputs a = run(tm, in, SC_BACKEND_CPU), b = run(cmc, in, SC_BACKEND_CPU);
+      ASSERT_TRUE(a.ok()) << a.problems() << tm.describe();
+      ASSERT_TRUE(b.ok()) << b.problems() << cmc.describe();
+      const double tol = tolerance(tm.param_dtype, tm.act_dtype);
+      EXPECT_EQ(bitwise("y", a.y, b.y) + bitwise("ht", a.ht, b.ht) + bitwise("dx", a.dx, b.dx) +
+                    bitwise("dh0", a.dh0, b.dh0) + close("dweight", b.dweight, a.dweight, tol) +
+                    close("dbias", b.dbias, a.dbias, tol),
+                "")
+          << cmc.describe();
+    }
 }
 
 }  // namespace
