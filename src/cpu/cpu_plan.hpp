@@ -16,6 +16,12 @@
 //   * Backward weight/bias gradients: each tile writes its own partial sums
 //     ([W+1][tile_d] in the workspace); a final pass adds the partials of all
 //     chunks in chunk order.  The result is bitwise independent of threads.
+//   * The threads take TASKS: one tile each, or, when x's time axis is
+//     contiguous (the time-vectorised kernels), chunk_group consecutive chunks
+//     of one d-tile, walked channel by channel so that each channel is read in
+//     one long run.  A task computes exactly what its tiles would, in the same
+//     order per output and partial entry: the grouping (which reads strides)
+//     changes no result and no workspace size.
 //
 // Workspace (all in the accumulation type A = float, or double for f64 x),
 // every block 64-byte aligned:
