@@ -58,6 +58,22 @@ Case base(sc_dtype dt, int W, int64_t B, int64_t T, int64_t D) {
   return c;
 }
 
+// A forward-only decode step of B sequences of T tokens (bf16, D channels,
+// width W) updating rows of S entries of a pool of P rows in place (vLLM's
+// channel-contiguous rows or [P, D, S] ones), pad_index marking padded slots.
+Case decode_case(int W, int64_t B, int64_t T, int64_t D, int S, int64_t P, bool vllm_rows,
+                 int64_t pad_index) {
+  Case c = base(SC_BF16, W, B, T, D);
+  c.S = S;
+  c.residual = c.dht = c.want_dh0 = false;
+  c.want_dx = c.want_dweight = c.want_dbias = false;
+  c.state_transposed = vllm_rows;
+  c.pool = P;
+  c.in_place = true;
+  c.pad_index = pad_index;
+  return c;
+}
+
 // seq_idx on the device (docs/semantics.md section 3): ids past the state
 // tensors' rows are not checked on the host; the kernels treat them as no row
 // (a zero initial state, no final-state row, no dht term, no dinitial_state
@@ -294,14 +310,7 @@ TEST(Cuda, DecodeGraphReplaysWithNewRowsAndCounts) {
   for (bool vllm_rows : {false, true}) {
     const int W = 4;
     const int64_t B = 16, T = 4, D = 512, P = 64;
-    Case c = base(SC_BF16, W, B, T, D);
-    c.S = W - 2 + int(T);
-    c.residual = c.dht = c.want_dh0 = false;
-    c.want_dx = c.want_dweight = c.want_dbias = false;
-    c.state_transposed = vllm_rows;
-    c.pool = P;
-    c.in_place = true;
-    c.pad_index = P + 5;
+    Case c = decode_case(W, B, T, D, W - 2 + int(T), P, vllm_rows, P + 5);
     auto draw = [&](Case& k) {
       std::vector<int64_t> rows(static_cast<size_t>(P));
       for (int64_t r = 0; r < P; ++r) rows[size_t(r)] = r;
@@ -371,14 +380,7 @@ TEST(Cuda, DecodeWideSteps) {
     for (int64_t T : {1, 4}) {
       const int W = 4;
       const int64_t D = 8192, P = B + 40;
-      Case c = base(SC_BF16, W, B, T, D);
-      c.S = T == 1 ? W - 1 : W - 2 + int(T);
-      c.residual = c.dht = c.want_dh0 = false;
-      c.want_dx = c.want_dweight = c.want_dbias = false;
-      c.state_transposed = vllm_rows;
-      c.pool = P;
-      c.in_place = true;
-      c.pad_index = P + 3;
+      Case c = decode_case(W, B, T, D, T == 1 ? W - 1 : W - 2 + int(T), P, vllm_rows, P + 3);
       std::vector<int64_t> rows(static_cast<size_t>(P));
       for (int64_t r = 0; r < P; ++r) rows[size_t(r)] = r;
       std::shuffle(rows.begin(), rows.end(), rng);
