@@ -19,6 +19,10 @@
 //   the (W-1)-token window before and the look-ahead dpre after them come
 //   from neighbouring lanes by shuffles (dx one chunk behind dpre); partials
 //   reduced over the warp by a fixed xor butterfly, one row per warp tile.
+//   x and dy reach the lanes through a per-warp shared-memory stage filled by
+//   cp.async, CmTraits::kBwdStages - 1 chunks ahead of the one computed (the
+//   kernel's registers allow 2 blocks per SM, and one chunk of register
+//   prefetch per warp kept too few bytes in flight: 39% of DRAM throughput).
 // - dpre_general / bwd_general<A>: W > 16 or nothing else fits: dpre to the
 //   workspace, then a per-(channel, tile) gather; one partial row per tile.
 // - state_bwd<A>: one thread per (sequence, channel) writes dh0_n[0..S),
@@ -297,7 +301,7 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
 // read again for those lanes only), at the row's end those terms do not
 // exist and are not formed.
 template <class T, int WMAX>
-__global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm) bwd_cm(const Args a) {
+__global__ void __launch_bounds__(CmTraits::kBwdThreads, CmTraits::bwd_min_blocks(WMAX)) bwd_cm(const Args a) {
   using A = acc_t<T>;
   constexpr int VEC = CmTraits::vec(sizeof(T));
   constexpr int H = WMAX - 1;
@@ -328,13 +332,27 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   // after the tile (base >= tend) the next tile's first W-1 (none at the row's end).
   const int64_t look_end = tend + (W - 1) < a.T ? tend + (W - 1) : a.T;
   auto holds = [&](int64_t t0) { return t0 < tend || (t0 >= tend && t0 < look_end); };
-  P nx = P::zero(), ng = P::zero();  // the next step's vectors, loaded one step ahead
-  auto fetch = [&](int64_t t0) {
-    const bool in = holds(t0);
-    nx = in ? ldp<T, VEC>(xr + t0) : P::zero();
-    ng = in ? ldp<T, VEC>(gr + t0) : P::zero();
+  // The stage: slot k of this warp holds the x and dy vectors of every lane
+  // for one step; each lane reads back only what it copied itself.
+  constexpr int K = CmTraits::kBwdStages;
+  __shared__ uint4 stage[CmTraits::kBwdThreads / CmTraits::kWarp][K][2][CmTraits::kWarp];
+  auto& mine = stage[threadIdx.x / CmTraits::kWarp];
+  const int64_t nsteps = (tend - tb + kChunk - 1) / kChunk + 1;  // the tile's chunks, then one more
+  // Step s's copies into slot s % K, one commit group per step (an empty one
+  // past the last step, so that the wait count stays the same).
+  auto issue = [&](int64_t s, int slot) {
+    if (s < nsteps) {
+      const int64_t t0 = tb + s * kChunk + int64_t(lane) * VEC;
+      const bool in = holds(t0);
+      cp_async16(&mine[slot][0][lane], xr + (in ? t0 : 0), in);
+      cp_async16(&mine[slot][1][lane], gr + (in ? t0 : 0), in);
+    }
+    cp_async_commit();
   };
-  fetch(tb + int64_t(lane) * VEC);
+#pragma unroll
+  for (int s = 0; s < K - 1; ++s) issue(s, s);
+  int64_t step = 0;  // the step computed next, and its slot step % K
+  int slot = 0;
   A xp[VEC], dpp[VEC];  // x and dpre of this lane in the previous chunk
 #pragma unroll
   for (int i = 0; i < VEC; ++i) xp[i] = dpp[i] = A(0);
@@ -344,8 +362,8 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   auto chunk_step = [&](int64_t base, bool own, auto fast_c) {
     constexpr bool FAST = decltype(fast_c)::value;
     const int64_t t0 = base + int64_t(lane) * VEC;
-    const P xv = nx, gv = ng;
-    if (own) fetch(t0 + kChunk);
+    cp_async_wait<K - 2>();  // this step's group has landed
+    const P xv = pack_of<T, VEC>(mine[slot][0][lane]), gv = pack_of<T, VEC>(mine[slot][1][lane]);
     A xc[VEC], u[H + VEC], dpc[VEC];  // u[H + i] = x(t0 + i), u[H - 1 - i] = u(t0 - 1 - i)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) u[H + i] = xc[i] = xv.get(i);
@@ -415,6 +433,12 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
       xp[i] = xc[i];
       dpp[i] = dpc[i];
     }
+    // Refill the slot of the step before this one (its vectors were consumed
+    // by that step's arithmetic, which precedes this copy in issue order).
+    const int back = slot == 0 ? K - 1 : slot - 1;
+    issue(step + K - 1, back);
+    ++step;
+    slot = slot + 1 == K ? 0 : slot + 1;
   };
   for (int64_t base = tb;; base += kChunk) {  // warp-uniform
     const bool own = base < tend;  // a chunk of the tile (else: the step after it)

@@ -280,6 +280,43 @@ __device__ __forceinline__ void stp(T* p, const Pack<T, CH>& v) {
                  "r"(v.w[2]), "r"(v.w[3]) : "memory");
 }
 
+// Asynchronous 16-byte copies global -> shared (cp.async, sm_80+), in commit
+// groups: a kernel keeps several loads in flight per thread without holding
+// their registers.  `valid` false zero-fills dst and reads nothing (src must
+// still be a pointer into the tensor).  Before sm_80: a synchronous copy.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+#else
+  *static_cast<uint4*>(dst) = valid ? *static_cast<const uint4*>(src) : make_uint4(0u, 0u, 0u, 0u);
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+// A 16-byte pack from its staged words (the thread's own, after cp_async_wait).
+template <class T, int CH>
+__device__ __forceinline__ Pack<T, CH> pack_of(const uint4& r) {
+  static_assert(Pack<T, CH>::kBytes == 16, "a staged pack is one 16-byte vector");
+  Pack<T, CH> v;
+  v.w[0] = r.x;
+  v.w[1] = r.y;
+  v.w[2] = r.z;
+  v.w[3] = r.w;
+  return v;
+}
+
 // Hint: fetch the line holding p into L2 (no register, no fault semantics
 // needed: callers pass addresses inside the tensor).
 __device__ __forceinline__ void prefetch_l2(const void* p) {

@@ -18,7 +18,9 @@
 // - fwd_cm<T, WMAX>: channel-major (stride_t == 1, dense).  A warp owns one
 //   (batch, channel) row and a tile of tokens; each lane a 16-byte vector of
 //   VEC consecutive tokens, its W-1 halo tokens re-read as scalars (L1 hits:
-//   the neighbouring lane loaded them).
+//   the neighbouring lane loaded them).  The loads of CmTraits::kFwdUnroll
+//   chunks are issued before any of them is computed: with one chunk per
+//   step a warp had 512 bytes in flight, too few for the DRAM latency.
 // - fwd_general<A>: W > 16, any strides, runtime dtypes: a thread per
 //   (channel, tile) sums the W taps straight from memory.
 // - state_fwd: one thread per (sequence, channel) writes ht_n[j] = u_n[L+j]
@@ -299,31 +301,43 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   const T* rr = row_ptr<const T>(a.residual, b, d);
   T* yr = row_ptr<T>(a.y, b, d);
   const int64_t tend = (tile + 1) * a.tile_t < a.T ? (tile + 1) * a.tile_t : a.T;
-  for (int64_t t0 = tile * a.tile_t + int64_t(lane) * VEC; t0 < tend; t0 += 32 * VEC) {
-    const Pack<T, VEC> xv = ldp<T, VEC>(xr + t0);
-    Pack<T, VEC> rv = Pack<T, VEC>::zero();
-    if (rr) rv = ldp<T, VEC>(rr + t0);
-    A u[H + VEC];  // u[H + i] = x[t0 + i]; u[H - 1 - i] = u(t0 - 1 - i)
+  constexpr int U = CmTraits::kFwdUnroll;
+  constexpr int64_t kChunk = int64_t(CmTraits::kWarp) * VEC;
+  using P = Pack<T, VEC>;
+  for (int64_t c0 = tile * a.tile_t + int64_t(lane) * VEC; c0 < tend; c0 += U * kChunk) {
+    P xv[U], rv[U];  // U chunks' loads in flight together
 #pragma unroll
-    for (int i = 0; i < H; ++i) {
-      const int64_t tok = t0 - 1 - i;
-      A v = A(0);
-      if (i < W - 1) v = tok >= 0 ? to_f(xr[tok]) : load_u<A>(a, q, h0row, d, a.S + tok);
-      u[H - 1 - i] = v;
+    for (int s = 0; s < U; ++s) {
+      const int64_t t0 = c0 + s * kChunk;
+      xv[s] = t0 < tend ? ldp<T, VEC>(xr + t0) : P::zero();
+      rv[s] = rr && t0 < tend ? ldp<T, VEC>(rr + t0) : P::zero();
     }
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) u[H + i] = xv.get(i);
-    A out[VEC];
+    for (int s = 0; s < U; ++s) {
+      const int64_t t0 = c0 + s * kChunk;
+      if (t0 >= tend) break;
+      A u[H + VEC];  // u[H + i] = x[t0 + i]; u[H - 1 - i] = u(t0 - 1 - i)
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      A acc = bs;  // bias, then taps oldest -> newest (j = W-1 .. 0): the order of every path
+      for (int i = 0; i < H; ++i) {
+        const int64_t tok = t0 - 1 - i;
+        A v = A(0);
+        if (i < W - 1) v = tok >= 0 ? to_f(xr[tok]) : load_u<A>(a, q, h0row, d, a.S + tok);
+        u[H - 1 - i] = v;
+      }
 #pragma unroll
-      for (int j = WMAX - 1; j >= 0; --j)
-        if (j < W) acc = fma(wr[j], u[H + i - j], acc);
-      out[i] = act.value(acc);
-      if (rr) out[i] += rv.get(i);
+      for (int i = 0; i < VEC; ++i) u[H + i] = xv[s].get(i);
+      A out[VEC];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        A acc = bs;  // bias, then taps oldest -> newest (j = W-1 .. 0): the order of every path
+#pragma unroll
+        for (int j = WMAX - 1; j >= 0; --j)
+          if (j < W) acc = fma(wr[j], u[H + i - j], acc);
+        out[i] = act.value(acc);
+        if (rr) out[i] += rv[s].get(i);
+      }
+      stp<T, VEC>(yr + t0, P::make(out));
     }
-    stp<T, VEC>(yr + t0, Pack<T, VEC>::make(out));
   }
 }
 

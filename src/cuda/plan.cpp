@@ -90,8 +90,9 @@ void plan_cm(const Problem& p, int sms, Plan* pl) {
   pl->tiles_per_row = ceil_div(p.T, pl->tile_t);
   pl->ntiles = p.B * pl->tiles_per_row;
   pl->parts = pl->ntiles;  // one partial row per warp tile
-  pl->block_x = CmTraits::kThreads;
-  pl->grid_x = ceil_div(p.B * p.D * pl->tiles_per_row * CmTraits::kWarp, CmTraits::kThreads);
+  const int threads = CmTraits::threads(p.dir == Dir::bwd);
+  pl->block_x = threads;
+  pl->grid_x = ceil_div(p.B * p.D * pl->tiles_per_row * CmTraits::kWarp, threads);
 }
 
 // Token-major and general tiles: one wave of resident threads when the work

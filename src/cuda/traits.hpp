@@ -101,7 +101,25 @@ struct CmTraits {
   static constexpr int kWarp = 32;
   static SC_TRAIT int vec(int elem_bytes) { return 16 / elem_bytes; }
   static constexpr int kMaxIters = 16;              // most 32*kVec-token chunks per warp tile
+  // fwd_cm: chunks whose x (and residual) loads a warp issues together before
+  // computing them (the y store is a compiler barrier: no load crosses it).
+  static constexpr int kFwdUnroll = 2;
+  // bwd_cm: chunks of x and dy staged per warp in shared memory by cp.async,
+  // kBwdStages - 1 of them in flight while one is computed (registers cap the
+  // kernel at 2 blocks per SM; the stage keeps the bytes in flight instead).
+  static constexpr int kBwdStages = 4;
+  // bwd_cm's block and register cap (its own: its registers, not fwd_cm's,
+  // set the residency).
+  static constexpr int kBwdThreads = 128;
+  static constexpr int kBwdMinBlocksPerSm = 5;
+  static SC_TRAIT int threads(bool bwd) { return bwd ? kBwdThreads : kThreads; }
+  // The cap per window bound: the WMAX = 16 instances spill hundreds of bytes
+  // under it (ptxas -v) and run uncapped.
+  static SC_TRAIT int bwd_min_blocks(int wmax) { return wmax <= 4 ? kBwdMinBlocksPerSm : 0; }
+  static SC_TRAIT size_t bwd_stage_bytes() { return size_t(kBwdThreads / kWarp) * kBwdStages * 2 * kWarp * 16; }
+  static_assert(kFwdUnroll >= 1 && kBwdStages >= 2, "at least the chunk computed and one in flight");
 };
+static_assert(CmTraits::bwd_stage_bytes() <= 48 * 1024, "bwd_cm's stage is static shared memory");
 
 // fwd_general / dpre_general / bwd_general (W > kMaxFastW): a thread per
 // (channel, tile); block shape as the token-major path with one channel per thread.

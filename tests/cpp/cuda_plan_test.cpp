@@ -155,9 +155,9 @@ TEST(CudaPlan, PlansNameInstantiatedKernelsAndCoverTheWork) {
         continue;
       }
       if (pl.path == Path::channel_major) {
-        EXPECT_EQ(pl.block_x * pl.block_y, CmTraits::kThreads);
-        EXPECT_GE(pl.grid_x * CmTraits::kThreads,
-                  p.B * p.D * pl.tiles_per_row * CmTraits::kWarp);
+        const int threads = CmTraits::threads(p.dir == Dir::bwd);  // the kernel's __launch_bounds__
+        EXPECT_EQ(pl.block_x * pl.block_y, threads);
+        EXPECT_GE(pl.grid_x * threads, p.B * p.D * pl.tiles_per_row * CmTraits::kWarp);
         EXPECT_EQ(pl.tile_t % (CmTraits::kWarp * pl.vec), 0);
       } else {
         EXPECT_LE(pl.block_x * pl.block_y, TmTraits::kThreads);
