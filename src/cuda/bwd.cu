@@ -397,8 +397,8 @@ __global__ void __launch_bounds__(CmTraits::kBwdThreads, CmTraits::bwd_min_block
 #pragma unroll
       for (int i = 0; i < H; ++i) {  // from lane + k, element i % VEC (sender chooses the chunk)
         const int k = 1 + i / VEC, e = i % VEC;
-        dp[VEC + i] = i < W - 1 ? __shfl_sync(0xffffffffu, lane >= k ? dpp[e] : dpc[e], (lane + k) & 31)
-                                : A(0);
+        const A v = __shfl_sync(0xffffffffu, lane >= k ? dpp[e] : dpc[e], (lane + k) & 31);
+        dp[VEC + i] = i < W - 1 ? v : A(0);
       }
       const int64_t tp = t0 - kChunk;
       if (FAST || tp < tend) {

@@ -502,15 +502,14 @@ __device__ __forceinline__ void cm_window(const Args& a, const Seq& q, int64_t h
 #pragma unroll
   for (int i = 0; i < H; ++i) {
     const int k = 1 + i / VEC, e = VEC - 1 - i % VEC;  // source lane offset and element
-    A v = A(0);
-    if (i < a.W - 1) {
-      v = __shfl_sync(0xffffffffu, lane < 32 - k ? xc[e] : xp[e], (lane - k) & 31);
-      if (first && lane < k) {
-        const int64_t tok = t0 - 1 - i;
-        v = tok >= 0 ? to_f(xr[tok]) : load_u<A>(a, q, h0row, d, a.S + tok);
-      }
+    // (the shuffle outside the tap test: under it every shuffle paid a
+    // divergence check and a lane-id read in SASS)
+    A v = __shfl_sync(0xffffffffu, lane < 32 - k ? xc[e] : xp[e], (lane - k) & 31);
+    if (i < a.W - 1 && first && lane < k) {
+      const int64_t tok = t0 - 1 - i;
+      v = tok >= 0 ? to_f(xr[tok]) : load_u<A>(a, q, h0row, d, a.S + tok);
     }
-    u[H - 1 - i] = v;
+    u[H - 1 - i] = i < a.W - 1 ? v : A(0);
   }
 }
 
