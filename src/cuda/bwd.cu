@@ -20,9 +20,9 @@
 //   from neighbouring lanes by shuffles (dx one chunk behind dpre); partials
 //   reduced over the warp by a fixed xor butterfly, one row per warp tile.
 //   x and dy reach the lanes through a per-warp shared-memory stage filled by
-//   cp.async, CmTraits::kBwdStages - 1 chunks ahead of the one computed (the
-//   kernel's registers allow 2 blocks per SM, and one chunk of register
-//   prefetch per warp kept too few bytes in flight: 39% of DRAM throughput).
+//   cp.async, CmTraits::kBwdStages - 1 chunks ahead of the one computed (its
+//   registers allow few warps per SM, and one chunk of register prefetch per
+//   warp kept too few bytes in flight: 39% of DRAM throughput).
 // - dpre_general / bwd_general<A>: W > 16 or nothing else fits: dpre to the
 //   workspace, then a per-(channel, tile) gather; one partial row per tile.
 // - state_bwd<A>: one thread per (sequence, channel) writes dh0_n[0..S),

@@ -105,8 +105,10 @@ struct CmTraits {
   // computing them (the y store is a compiler barrier: no load crosses it).
   static constexpr int kFwdUnroll = 2;
   // bwd_cm: chunks of x and dy staged per warp in shared memory by cp.async,
-  // kBwdStages - 1 of them in flight while one is computed (registers cap the
-  // kernel at 2 blocks per SM; the stage keeps the bytes in flight instead).
+  // kBwdStages - 1 of them in flight while one is computed (its registers
+  // allow few warps per SM; the stage keeps the bytes in flight instead).
+  // H200, bf16 f+b: 4 stages 515.8 us, 6 stages 514.3, one chunk ahead in
+  // registers (before) 583.6.
   static constexpr int kBwdStages = 4;
   // bwd_cm's block and register cap (its own: its registers, not fwd_cm's,
   // set the residency).
