@@ -70,13 +70,13 @@ CLI=$B/bin/shortconv
 [ -x "$CLI" ] || CLI=$(find "$B" -maxdepth 2 -type f -name shortconv -perm -u+x | head -1)
 
 GPU_FILTER='Cuda.*:*/cuda'
-SAN_FILTER=${GPU_SAN_FILTER:-'Cuda.PackedVector:Cuda.InPlaceDecode:Cuda.GeneralPathWide:Cuda.ChannelMajor:Cuda.StridedViews:Backends/SeqIdx.*/cuda:Backends/Serving.AcceptedCountsAtBothEndsAndPadSlots/cuda:Backends/Serving.StarDraftsAreTwoTokenSteps/cuda:Cuda.DecodeGraphReplaysWithNewRowsAndCounts:Cuda.DecodeWideSteps'}
+SAN_FILTER=${GPU_SAN_FILTER:-'Cuda.PackedVector:Cuda.InPlaceDecode:Cuda.GeneralPathWide:Cuda.ChannelMajor*:Cuda.StridedViews:Backends/SeqIdx.*/cuda:Backends/Serving.AcceptedCountsAtBothEndsAndPadSlots/cuda:Backends/Serving.StarDraftsAreTwoTokenSteps/cuda:Cuda.DecodeGraphReplaysWithNewRowsAndCounts:Cuda.DecodeWideSteps'}
 if [ "${GPU_SKIP_TESTS:-0}" != 1 ]; then
   stage tests "$TESTS" --gtest_filter="$GPU_FILTER"
 fi
 if [ "${GPU_SKIP_SAN:-0}" != 1 ]; then
   stage memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" --gtest_filter="$SAN_FILTER"
-  stage racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$TESTS" --gtest_filter='Cuda.PackedVector:Cuda.ChannelMajor:Cuda.InPlaceDecode'
+  stage racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$TESTS" --gtest_filter='Cuda.PackedVector:Cuda.ChannelMajor*:Cuda.InPlaceDecode'
 fi
 if [ "${GPU_SKIP_CHECK:-0}" != 1 ]; then
   stage check "$CLI" check --backend cuda

@@ -56,4 +56,15 @@ struct MathF64 {
 template <class T>
 using MathOf = std::conditional_t<std::is_same_v<T, double>, MathF64, MathF32>;
 
+// A kernel's activation: compile-time SiLU in the full-window instances
+// (FULL), else the one a.act names, selected per element (RuntimeAct).
+template <class T, bool FULL>
+using ActOf = std::conditional_t<FULL, FixedAct<MathOf<T>, Silu>, RuntimeAct<MathOf<T>>>;
+template <class T, bool FULL>
+__device__ __forceinline__ ActOf<T, FULL> act_of(int id) {
+  ActOf<T, FULL> act{};
+  if constexpr (!FULL) act.id = id;
+  return act;
+}
+
 }  // namespace shortconv::cuda

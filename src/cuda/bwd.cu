@@ -300,7 +300,10 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
 // first forms the dpre of the next W-1 tokens (the next tile's; x and dy
 // read again for those lanes only), at the row's end those terms do not
 // exist and are not formed.
-template <class T, int WMAX>
+//
+// FULL: W == WMAX and SiLU, both compile-time (cm_full_instance): no tap
+// predicates, no activation select.
+template <class T, int WMAX, bool FULL>
 __global__ void __launch_bounds__(CmTraits::kBwdThreads, CmTraits::bwd_min_blocks(WMAX)) bwd_cm(const Args a) {
   using A = acc_t<T>;
   constexpr int VEC = CmTraits::vec(sizeof(T));
@@ -313,9 +316,9 @@ __global__ void __launch_bounds__(CmTraits::kBwdThreads, CmTraits::bwd_min_block
   if (wid >= a.B * a.D * a.tiles_per_row) return;  // whole warps only
   const int64_t row = wid / a.tiles_per_row, tile = wid - row * a.tiles_per_row;
   const int64_t b = row / a.D, d = row - b * a.D;
-  const int W = a.W;
+  const int W = FULL ? WMAX : a.W;
   const bool want_dw = a.dweight.p || a.dbias.p;
-  const RuntimeAct<MathOf<T>> act{a.act};
+  const auto act = act_of<T, FULL>(a.act);
   const A scale = A(act.scale());  // p = scale * pre; dp = dpre / scale (see TmBwd)
   A wr[WMAX], dwr[WMAX], db = A(0), bs;
   load_taps_newest_first<A, WMAX>(a.weight, a.bias, d, W, scale, wr, &bs);
@@ -367,7 +370,7 @@ __global__ void __launch_bounds__(CmTraits::kBwdThreads, CmTraits::bwd_min_block
     A xc[VEC], u[H + VEC], dpc[VEC];  // u[H + i] = x(t0 + i), u[H - 1 - i] = u(t0 - 1 - i)
 #pragma unroll
     for (int i = 0; i < VEC; ++i) u[H + i] = xc[i] = xv.get(i);
-    cm_window<T, H, VEC>(a, q, h0row, d, xr, t0, lane, !FAST && base == tb, xc, xp, u);
+    cm_window<T, H, VEC>(a, q, h0row, d, xr, t0, lane, W, !FAST && base == tb, xc, xp, u);
     const bool here = FAST || holds(t0);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
@@ -692,7 +695,10 @@ struct BwdKernels {
   }
   template <class T, int WMAX>
   static cudaError_t cm(const Plan& pl, const Args& a, Launch* l) {
-    return l->main("bwd_cm", bwd_cm<T, WMAX>, pl, a);
+    if constexpr (kCmHasFull<WMAX>) {
+      if (cm_full_instance<WMAX>(a)) return l->main("bwd_cm(full window)", bwd_cm<T, WMAX, true>, pl, a);
+    }
+    return l->main("bwd_cm", bwd_cm<T, WMAX, false>, pl, a);
   }
   template <class A>
   static cudaError_t general(const Plan& pl, const Args& a, Launch* l) {

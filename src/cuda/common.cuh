@@ -491,13 +491,14 @@ __device__ __forceinline__ void load_window(const Args& a, const Seq& q, int64_t
 // re-read; at a tile's first chunk (`first`) those lanes read them from
 // memory (x, or the sequence's h0 row before the row's start).
 // u[H - 1 - i] = u(t0 - 1 - i) (the caller keeps u[H + i] = xc[i]); entries
-// i >= W - 1 (pad taps) are 0.  The
+// i >= W - 1 (pad taps) are 0 (W: a.W, or the compile-time WMAX of a
+// full-window instance).  The
 // sender chooses: lane s sends its value of this chunk to lane s + k when
 // that lane is in this chunk (s < 32 - k), else its previous chunk's.
 // Every lane of the warp must call this (warp-uniform control flow).
 template <class T, int H, int VEC, class A>
 __device__ __forceinline__ void cm_window(const Args& a, const Seq& q, int64_t h0row, int64_t d,
-                                          const T* xr, int64_t t0, int lane, bool first,
+                                          const T* xr, int64_t t0, int lane, int W, bool first,
                                           const A (&xc)[VEC], const A (&xp)[VEC], A (&u)[H + VEC]) {
 #pragma unroll
   for (int i = 0; i < H; ++i) {
@@ -505,11 +506,11 @@ __device__ __forceinline__ void cm_window(const Args& a, const Seq& q, int64_t h
     // (the shuffle outside the tap test: under it every shuffle paid a
     // divergence check and a lane-id read in SASS)
     A v = __shfl_sync(0xffffffffu, lane < 32 - k ? xc[e] : xp[e], (lane - k) & 31);
-    if (i < a.W - 1 && first && lane < k) {
+    if (i < W - 1 && first && lane < k) {
       const int64_t tok = t0 - 1 - i;
       v = tok >= 0 ? to_f(xr[tok]) : load_u<A>(a, q, h0row, d, a.S + tok);
     }
-    u[H - 1 - i] = i < a.W - 1 ? v : A(0);
+    u[H - 1 - i] = i < W - 1 ? v : A(0);
   }
 }
 

@@ -61,6 +61,17 @@ static_assert(same_set<SC_TM_VEC_WMAX>(kTmVecWmax), "SC_TM_VEC_WMAX must list kT
 static_assert(same_set<SC_TM_VEC_WMAX16>(kTmVecWmax16), "SC_TM_VEC_WMAX16 must list kTmVecWmax16");
 static_assert(same_set<SC_NARROW_WMAX>(kNarrowWmax), "SC_NARROW_WMAX must list kNarrowWmax");
 
+// Channel-major full-window instances (fwd_cm / bwd_cm with FULL = true):
+// W == WMAX and SiLU fixed at compile time, for the W = 4 bound only (the
+// targets' width; W = 16 is rare, and every instance is compiled for two
+// architectures in CI).
+template <int WMAX>
+constexpr bool kCmHasFull = WMAX == 4;
+template <int WMAX>
+bool cm_full_instance(const Args& a) {
+  return kCmHasFull<WMAX> && a.W == WMAX && a.act == SC_ACT_SILU;
+}
+
 // One direction's launches.  Each returns the launch's error; `kernel` names
 // the last kernel launched (or attempted), `missing` is set when a plan named
 // an instance that was not compiled (reported as SC_ERR_BACKEND).

@@ -278,10 +278,11 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
 
 // ---- channel-major ------------------------------------------------------------
 
-template <class T, int WMAX>
+// FULL: W == WMAX and SiLU, both compile-time (cm_full_instance): no tap
+// predicates, no activation select.
+template <class T, int WMAX, bool FULL>
 __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm) fwd_cm(const Args a) {
   using A = acc_t<T>;
-  using M = MathOf<T>;
   constexpr int VEC = CmTraits::vec(sizeof(T));
   constexpr int H = WMAX - 1;
   const int64_t gid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -290,8 +291,8 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   if (wid >= a.B * a.D * a.tiles_per_row) return;
   const int64_t row = wid / a.tiles_per_row, tile = wid - row * a.tiles_per_row;
   const int64_t b = row / a.D, d = row - b * a.D;
-  const int W = a.W;
-  const RuntimeAct<M> act{a.act};
+  const int W = FULL ? WMAX : a.W;
+  const auto act = act_of<T, FULL>(a.act);
   const A scale = A(act.scale());  // 1, or 0.5 for a tanh form
   A wr[WMAX], bs;
   load_taps_newest_first<A, WMAX>(a.weight, a.bias, d, W, scale, wr, &bs);
@@ -300,11 +301,15 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
   const T* xr = row_ptr<const T>(a.x, b, d);
   const T* rr = row_ptr<const T>(a.residual, b, d);
   T* yr = row_ptr<T>(a.y, b, d);
-  const int64_t tend = (tile + 1) * a.tile_t < a.T ? (tile + 1) * a.tile_t : a.T;
+  const int64_t tb = tile * a.tile_t;
+  const int64_t tend = tb + a.tile_t < a.T ? tb + a.tile_t : a.T;
   constexpr int U = CmTraits::kFwdUnroll;
   constexpr int64_t kChunk = int64_t(CmTraits::kWarp) * VEC;
   using P = Pack<T, VEC>;
-  for (int64_t c0 = tile * a.tile_t + int64_t(lane) * VEC; c0 < tend; c0 += U * kChunk) {
+  A xp[VEC];  // this lane's x in the previous chunk (the window's source for the next lanes)
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) xp[i] = A(0);
+  for (int64_t c0 = tb + int64_t(lane) * VEC; c0 - int64_t(lane) * VEC < tend; c0 += U * kChunk) {
     P xv[U], rv[U];  // U chunks' loads in flight together
 #pragma unroll
     for (int s = 0; s < U; ++s) {
@@ -315,17 +320,14 @@ __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm)
 #pragma unroll
     for (int s = 0; s < U; ++s) {
       const int64_t t0 = c0 + s * kChunk;
-      if (t0 >= tend) break;
-      A u[H + VEC];  // u[H + i] = x[t0 + i]; u[H - 1 - i] = u(t0 - 1 - i)
+      if (t0 - int64_t(lane) * VEC >= tend) break;  // (warp-uniform: every lane shuffles)
+      A xc[VEC], u[H + VEC];  // u[H + i] = x[t0 + i]; u[H - 1 - i] = u(t0 - 1 - i)
 #pragma unroll
-      for (int i = 0; i < H; ++i) {
-        const int64_t tok = t0 - 1 - i;
-        A v = A(0);
-        if (i < W - 1) v = tok >= 0 ? to_f(xr[tok]) : load_u<A>(a, q, h0row, d, a.S + tok);
-        u[H - 1 - i] = v;
-      }
+      for (int i = 0; i < VEC; ++i) u[H + i] = xc[i] = xv[s].get(i);
+      cm_window<T, H, VEC>(a, q, h0row, d, xr, t0, lane, W, s == 0 && c0 - int64_t(lane) * VEC == tb, xc, xp, u);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) u[H + i] = xv[s].get(i);
+      for (int i = 0; i < VEC; ++i) xp[i] = xc[i];
+      if (t0 >= tend) continue;
       A out[VEC];
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
@@ -469,7 +471,10 @@ struct FwdKernels {
   }
   template <class T, int WMAX>
   static cudaError_t cm(const Plan& pl, const Args& a, Launch* l) {
-    return l->main("fwd_cm", fwd_cm<T, WMAX>, pl, a);
+    if constexpr (kCmHasFull<WMAX>) {
+      if (cm_full_instance<WMAX>(a)) return l->main("fwd_cm(full window)", fwd_cm<T, WMAX, true>, pl, a);
+    }
+    return l->main("fwd_cm", fwd_cm<T, WMAX, false>, pl, a);
   }
   template <class A>
   static cudaError_t general(const Plan& pl, const Args& a, Launch* l) {
