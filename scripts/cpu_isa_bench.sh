@@ -45,6 +45,8 @@ machine_isas() {
   echo avx2
   for f in avx512f avx512bw avx512dq avx512vl; do [[ "$flags" == *" $f "* ]] || return 0; done
   echo avx512
+  [[ "$flags" == *" avx512_bf16 "* ]] && echo avx512bf16
+  return 0
 }
 
 log "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) threads"

@@ -14,7 +14,7 @@
 //      (parallel over channels), so results do not depend on the threads.
 // The kernels are picked once per call by ISA, dtype, W and activation.  The
 // environment variable SHORTCONV_CPU_ISA may lower the ISA (for testing;
-// never above what the machine supports): avx512, avx2, or the 128-bit
+// never above what the machine supports): avx512bf16, avx512, avx2, or the 128-bit
 // baseline by its name on this architecture (sse2, neon, generic) or as
 // `v128`; `scalar`, the baseline's former name, is accepted as an alias.
 #include <omp.h>
@@ -40,6 +40,7 @@ Isa pick_isa() {
       want = Isa::v128;
     else if (!std::strcmp(e, "avx2")) want = Isa::avx2;
     else if (!std::strcmp(e, "avx512")) want = Isa::avx512;
+    else if (!std::strcmp(e, "avx512bf16")) want = Isa::avx512bf16;
     isa = std::min(isa, want);  // never above what the machine supports
   }
   return isa;

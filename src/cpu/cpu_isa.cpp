@@ -9,6 +9,7 @@ const Kernels& kernels(Isa isa) {
 #if SC_X86
   switch (isa) {
 #if SC_WITH_AVX512
+    case Isa::avx512bf16: return kernels_avx512bf16();
     case Isa::avx512: return kernels_avx512();
 #endif
     case Isa::avx2: return kernels_avx2();
@@ -26,7 +27,7 @@ Isa best_isa() {
   if (SC_WITH_AVX512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    return Isa::avx512;
+    return __builtin_cpu_supports("avx512bf16") ? Isa::avx512bf16 : Isa::avx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c"))
     return Isa::avx2;

@@ -41,6 +41,7 @@ const Kernels& kernels_v128();
 #if SC_X86
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
+const Kernels& kernels_avx512bf16();  // (the same unit: cpu_isa_avx512.cpp)
 #endif
 
 // The name of the 128-bit table (SHORTCONV_CPU_ISA accepts it).

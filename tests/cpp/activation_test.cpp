@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -280,6 +281,59 @@ TEST(ActivationPolicy, TanhFormsAgreeWithTheDefinition) {
         }
       }
     });
+}
+
+// The avx512bf16 table rounds the bf16 forward's y with vcvtneps2bf16, which
+// flushes subnormals (src/cpu/cpu_simd.hpp, OpsFBf16Cvt): its y is bitwise
+// the avx512 table's for every bf16 input, scaled so that the fp32 results
+// fall on ties, between neighbours and below the normal range.
+TEST(ActivationCpuIsa, Bf16ForwardRoundsAlikeInEveryIsa) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "no AVX-512 BF16 on this processor";
+#else
+  GTEST_SKIP() << "x86-64 only";
+#endif
+  const char* outer = std::getenv("SHORTCONV_CPU_ISA");
+  const std::string saved = outer ? outer : "";
+  std::vector<double> xs(65536);
+  for (uint32_t b = 0; b < 65536; ++b) {
+    xs[b] = shortconv::bf16_to_f32(uint16_t(b));
+    if (std::isnan(xs[b])) xs[b] = std::nan("");  // (not the harness's poison payload)
+  }
+  for (sc_activation act : {SC_ACT_NONE, SC_ACT_SILU})
+    for (double w : {1.0 + 1.0 / 256, 0.7500001, 0.1875}) {
+      Case c;
+      c.W = 1;
+      c.S = 0;
+      c.act = act;
+      c.act_dtype = c.state_dtype = SC_BF16;
+      c.param_dtype = SC_F32;
+      c.B = 1;
+      c.T = 1;
+      c.D = int64_t(xs.size());
+      c.bias = false;
+      Inputs in = make_inputs(c);
+      ASSERT_EQ(in.x.size(), xs.size());
+      in.x = xs;
+      in.weight.assign(in.weight.size(), w);
+      setenv("SHORTCONV_CPU_ISA", "avx512", 1);
+      const Outputs a = run(c, in, SC_BACKEND_CPU, kForward);
+      setenv("SHORTCONV_CPU_ISA", "avx512bf16", 1);
+      const Outputs b = run(c, in, SC_BACKEND_CPU, kForward);
+      ASSERT_TRUE(a.ok()) << a.problems();
+      ASSERT_TRUE(b.ok()) << b.problems();
+      int64_t differ = 0, subnormal = 0;
+      for (size_t i = 0; i < xs.size(); ++i) {
+        const bool same = std::isnan(a.y[i]) ? std::isnan(b.y[i])
+                                             : a.y[i] == b.y[i] && std::signbit(a.y[i]) == std::signbit(b.y[i]);
+        differ += !same;
+        subnormal += a.y[i] != 0 && std::fpclassify(a.y[i]) != FP_NAN && std::abs(a.y[i]) < FLT_MIN;
+      }
+      EXPECT_EQ(differ, 0) << "activation " << int(act) << ", weight " << w;
+      EXPECT_GT(subnormal, 0) << "the case reaches subnormal outputs";
+    }
+  if (outer) setenv("SHORTCONV_CPU_ISA", saved.c_str(), 1);
+  else unsetenv("SHORTCONV_CPU_ISA");
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ActivationRange,

@@ -390,7 +390,7 @@ TEST(Cpu, EveryIsa) {
   // restored afterwards: scripts/cpu_isa_bench.sh runs the suite under each ISA
   const char* outer = std::getenv("SHORTCONV_CPU_ISA");
   const std::string saved = outer ? outer : "";
-  for (const char* isa : {"v128", "avx2", "avx512"}) {  // (x86 names: lower or absent elsewhere)
+  for (const char* isa : {"v128", "avx2", "avx512", "avx512bf16"}) {  // (x86 names: lower or absent elsewhere)
     setenv("SHORTCONV_CPU_ISA", isa, 1);
     int i = 0;
     for (int W : {1, 4, 5}) {
