@@ -543,9 +543,9 @@ constexpr void fill_row(Kernels& k, int slot) {
   k.bwd[slot][a][4] = &bwd_tile<OB, 4, XT, Act>;
   k.tree[slot][a] = &tree_task<OF, XT, Act>;  // a speculative tree step: forward only
 }
-// OF16: the bf16 forward's ops (OpsFNarrow<3>, or with AVX-512 BF16 its
-// one-instruction rounding of y, OpsFBf16Cvt).
-template <class OF16 = OpsFNarrow<3>, class... Act>
+// OF16 / OB16: the bf16 forward's and backward's ops (OpsFNarrow<3> and
+// OpsF, or with AVX-512 BF16 the same with one-instruction rounding, Bf16Cvt).
+template <class OF16 = OpsFNarrow<3>, class OB16 = OpsF, class... Act>
 constexpr Kernels make_table(const char* name, ActList<Act...>) {
   static_assert(kMaxWClass == 4, "fill_row lists W classes 0..4");
   Kernels k{};
@@ -554,7 +554,7 @@ constexpr Kernels make_table(const char* name, ActList<Act...>) {
   k.lanes[3] = OpsD::L;
   (fill_row<OpsF, OpsF, float, Act>(k, 0), ...);
   (fill_row<OpsFNarrow<4>, OpsF, f16_t, Act>(k, 1), ...);
-  (fill_row<OF16, OpsF, bf16_t, Act>(k, 2), ...);
+  (fill_row<OF16, OB16, bf16_t, Act>(k, 2), ...);
   (fill_row<OpsD, OpsD, double, Act>(k, 3), ...);
   return k;
 }

@@ -268,7 +268,7 @@ struct OpsFNarrow : OpsF {
 };
 
 #if SC_ISA == 2
-// The bf16 forward with AVX-512 BF16 (the avx512bf16 table): y rounded by
+// bf16 with AVX-512 BF16 (the avx512bf16 table): y and dx rounded by
 // vcvtneps2bf16, one instruction instead of OpsF's eight (on the project's
 // Zen 4 VM the rounding was a quarter of the bf16 forward's time: one thread,
 // 4x4096x2048, 13.9 -> 10.6 ms).
@@ -276,8 +276,11 @@ struct OpsFNarrow : OpsF {
 // ((u >> 16) | 0x40), ignoring MXCSR as OpsF's integer path does, but it
 // flushes subnormal inputs to zero: a vector holding a subnormal takes
 // OpsF's path, so the stored bits are OpsF's in every case.
-struct OpsFBf16Cvt : OpsFNarrow<3> {
-  using OpsF::store_x;
+// Base: the forward's OpsFNarrow<3> or the backward's OpsF.
+template <class Base>
+struct Bf16Cvt : Base {
+  using V = typename Base::V;
+  using Base::store_x;
   static void store_x(bf16_t* p, V v) {
     if (__builtin_expect(_mm512_fpclass_ps_mask(v, 0x20) != 0, 0)) return OpsF::store_x(p, v);  // 0x20: subnormal
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));

@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
 // read again for those lanes only), at the row's end those terms do not
 // exist and are not formed.
 //
-// FULL: W == WMAX and SiLU, both compile-time (cm_full_instance): no tap
+// FULL: W == WMAX and SiLU, both compile-time (with_cm_full): no tap
 // predicates, no activation select.
 template <class T, int WMAX, bool FULL>
 __global__ void __launch_bounds__(CmTraits::kBwdThreads, CmTraits::bwd_min_blocks(WMAX)) bwd_cm(const Args a) {
@@ -695,9 +695,11 @@ struct BwdKernels {
   }
   template <class T, int WMAX>
   static cudaError_t cm(const Plan& pl, const Args& a, Launch* l) {
-    if constexpr (kCmHasFull<WMAX>) {
-      if (cm_full_instance<WMAX>(a)) return l->main("bwd_cm(full window)", bwd_cm<T, WMAX, true>, pl, a);
-    }
+    cudaError_t e = cudaSuccess;
+    if (with_cm_full<WMAX>(a, [&](auto w) {
+          e = l->main("bwd_cm(full window)", bwd_cm<T, decltype(w)::value, true>, pl, a);
+        }))
+      return e;
     return l->main("bwd_cm", bwd_cm<T, WMAX, false>, pl, a);
   }
   template <class A>

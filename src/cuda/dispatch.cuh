@@ -61,15 +61,17 @@ static_assert(same_set<SC_TM_VEC_WMAX>(kTmVecWmax), "SC_TM_VEC_WMAX must list kT
 static_assert(same_set<SC_TM_VEC_WMAX16>(kTmVecWmax16), "SC_TM_VEC_WMAX16 must list kTmVecWmax16");
 static_assert(same_set<SC_NARROW_WMAX>(kNarrowWmax), "SC_NARROW_WMAX must list kNarrowWmax");
 
-// Channel-major full-window instances (fwd_cm / bwd_cm with FULL = true):
-// W == WMAX and SiLU fixed at compile time, for the W = 4 bound only (the
-// targets' width; W = 16 is rare, and every instance is compiled for two
-// architectures in CI).
-template <int WMAX>
-constexpr bool kCmHasFull = WMAX == 4;
-template <int WMAX>
-bool cm_full_instance(const Args& a) {
-  return kCmHasFull<WMAX> && a.W == WMAX && a.act == SC_ACT_SILU;
+// Channel-major full-window instances (fwd_cm / bwd_cm<T, W, true>): the
+// window W itself as the bound (no pad taps) and SiLU, at compile time, for
+// the widths of the targets' layers under the W <= 4 bound (W = 5..16 is
+// rare, and every instance is compiled for two architectures in CI).
+// with_cm_full<WMAX>(a, f) calls f(Int<W>{}) and returns true when the
+// problem has one.
+#define SC_CM_FULL_W 2, 3, 4
+template <int WMAX, class F>
+bool with_cm_full(const Args& a, F&& f) {
+  if constexpr (WMAX != 4) return false;
+  else return a.act == SC_ACT_SILU && with_wmax<SC_CM_FULL_W>(a.W, f);
 }
 
 // One direction's launches.  Each returns the launch's error; `kernel` names

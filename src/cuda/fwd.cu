@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
 
 // ---- channel-major ------------------------------------------------------------
 
-// FULL: W == WMAX and SiLU, both compile-time (cm_full_instance): no tap
+// FULL: W == WMAX and SiLU, both compile-time (with_cm_full): no tap
 // predicates, no activation select.
 template <class T, int WMAX, bool FULL>
 __global__ void __launch_bounds__(CmTraits::kThreads, CmTraits::kMinBlocksPerSm) fwd_cm(const Args a) {
@@ -471,9 +471,11 @@ struct FwdKernels {
   }
   template <class T, int WMAX>
   static cudaError_t cm(const Plan& pl, const Args& a, Launch* l) {
-    if constexpr (kCmHasFull<WMAX>) {
-      if (cm_full_instance<WMAX>(a)) return l->main("fwd_cm(full window)", fwd_cm<T, WMAX, true>, pl, a);
-    }
+    cudaError_t e = cudaSuccess;
+    if (with_cm_full<WMAX>(a, [&](auto w) {
+          e = l->main("fwd_cm(full window)", fwd_cm<T, decltype(w)::value, true>, pl, a);
+        }))
+      return e;
     return l->main("fwd_cm", fwd_cm<T, WMAX, false>, pl, a);
   }
   template <class A>

@@ -284,7 +284,7 @@ TEST(ActivationPolicy, TanhFormsAgreeWithTheDefinition) {
 }
 
 // The avx512bf16 table rounds the bf16 forward's y with vcvtneps2bf16, which
-// flushes subnormals (src/cpu/cpu_simd.hpp, OpsFBf16Cvt): its y is bitwise
+// flushes subnormals (src/cpu/cpu_simd.hpp, Bf16Cvt): its y is bitwise
 // the avx512 table's for every bf16 input, scaled so that the fp32 results
 // fall on ties, between neighbours and below the normal range.
 TEST(ActivationCpuIsa, Bf16ForwardRoundsAlikeInEveryIsa) {

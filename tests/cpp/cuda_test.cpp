@@ -186,26 +186,27 @@ TEST(Cuda, ChannelMajor) {
         }
 }
 
-// The channel-major full-window instances (W == 4 and SiLU) against the
-// generic ones around them: the same W with the identity, without states,
-// residual or bias, and tiles ending inside a chunk, at a chunk's end and
-// within W-1 tokens of the row's end.
+// The channel-major full-window instances (W = 2, 3, 4 with SiLU) and the
+// generic ones beside them (the same W with the identity): with and without
+// states, residual and bias, dx alone, and tiles ending inside a chunk, at a
+// chunk's end and within W-1 tokens of the row's end.
 TEST(Cuda, ChannelMajorFullWindow) {
   REQUIRE_GPU();
   for (sc_dtype dt : {SC_BF16, SC_F16, SC_F32})
-    for (sc_activation act : {SC_ACT_SILU, SC_ACT_NONE})
-      for (int64_t T : {255, 256, 257, 2051})
-        for (int64_t tile : {0, 254, 256, 512}) {
-          Case c = base(dt, 4, 2, T, 3);
-          c.layout = Layout::channel_major;
-          c.act = act;
-          c.tile_t = tile;
-          EXPECT_CASE(c);
-          c.h0 = c.ht = c.dht = c.want_dh0 = c.residual = c.bias = false;
-          EXPECT_CASE(c);
-          c.want_dweight = false;  // dx only: no partials
-          EXPECT_CASE(c);
-        }
+    for (int W : {2, 3, 4})
+      for (sc_activation act : {SC_ACT_SILU, SC_ACT_NONE})
+        for (int64_t T : {255, 257, 2051})
+          for (int64_t tile : {0, 254, 256, 512}) {
+            Case c = base(dt, W, 2, T, 3);
+            c.layout = Layout::channel_major;
+            c.act = act;
+            c.tile_t = tile;
+            EXPECT_CASE(c);
+            c.h0 = c.ht = c.dht = c.want_dh0 = c.residual = c.bias = false;
+            EXPECT_CASE(c);
+            c.want_dweight = false;  // dx only: no partials
+            EXPECT_CASE(c);
+          }
 }
 
 // Strided views (a q slice of a fused qkv), stride-0 dy, transposed states.
