@@ -14,7 +14,7 @@
 //   gather over the last W dpre values.  dweight/dbias partials come from the
 //   dpre of its own tokens only, summed over the block's ty tiles in shared
 //   memory in a fixed order, one partial row per block in the workspace.
-// - bwd_cm<T, WMAX>: channel-major (stride_t == 1, dense).  A warp owns a
+// - bwd_cm<T, WMAX, FULL>: channel-major (stride_t == 1, dense).  A warp owns a
 //   (batch, channel) row and a tile of tokens, a lane VEC consecutive tokens;
 //   the (W-1)-token window before and the look-ahead dpre after them come
 //   from neighbouring lanes by shuffles (dx one chunk behind dpre); partials
@@ -22,7 +22,8 @@
 //   x and dy reach the lanes through a per-warp shared-memory stage filled by
 //   cp.async, CmTraits::kBwdStages - 1 chunks ahead of the one computed (its
 //   registers allow few warps per SM, and one chunk of register prefetch per
-//   warp kept too few bytes in flight: 39% of DRAM throughput).
+//   warp kept too few bytes in flight: 39% of DRAM throughput).  Full-window
+//   instances (FULL: W = 2, 3, 4 with SiLU) as in the forward.
 // - dpre_general / bwd_general<A>: W > 16 or nothing else fits: dpre to the
 //   workspace, then a per-(channel, tile) gather; one partial row per tile.
 // - state_bwd<A>: one thread per (sequence, channel) writes dh0_n[0..S),

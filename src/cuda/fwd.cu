@@ -15,12 +15,16 @@
 //   sequences: the thread walks them (binary search for the first), and the
 //   window of each starts from that sequence's own h0 (or zeros), never from
 //   another sequence's rows.  Block = cx threads along channels x ty tiles.
-// - fwd_cm<T, WMAX>: channel-major (stride_t == 1, dense).  A warp owns one
-//   (batch, channel) row and a tile of tokens; each lane a 16-byte vector of
-//   VEC consecutive tokens, its W-1 halo tokens re-read as scalars (L1 hits:
-//   the neighbouring lane loaded them).  The loads of CmTraits::kFwdUnroll
+// - fwd_cm<T, WMAX, FULL>: channel-major (stride_t == 1, dense).  A warp owns
+//   one (batch, channel) row and a tile of tokens; each lane a 16-byte vector
+//   of VEC consecutive tokens, its W-1 window tokens from the lower lanes by
+//   shuffles (cm_window; the first lanes from the previous chunk, or from
+//   memory at the tile's start; re-reading them as scalars, L1 hits, cost an
+//   address and a load each).  The loads of CmTraits::kFwdUnroll
 //   chunks are issued before any of them is computed: with one chunk per
 //   step a warp had 512 bytes in flight, too few for the DRAM latency.
+//   The full-window instances (FULL: W = 2, 3, 4 with SiLU) fix W and the
+//   activation at compile time.
 // - fwd_general<A>: W > 16, any strides, runtime dtypes: a thread per
 //   (channel, tile) sums the W taps straight from memory.
 // - state_fwd: one thread per (sequence, channel) writes ht_n[j] = u_n[L+j]
