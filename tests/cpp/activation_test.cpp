@@ -336,6 +336,41 @@ TEST(ActivationCpuIsa, Bf16ForwardRoundsAlikeInEveryIsa) {
   else unsetenv("SHORTCONV_CPU_ISA");
 }
 
+// The CPU forward gives the same bits for every tiling (docs/semantics.md
+// section 6): forced tiles of 1..9 rows and 64 (ring slots at every phase),
+// channel tiles cutting vectors, residual and initial states, every
+// register-window width.
+TEST(CpuBits, ForwardDoesNotDependOnTheTiling) {
+  for (sc_dtype dt : {SC_BF16, SC_F32, SC_F16})
+    for (int W : {1, 2, 3, 4})
+      for (bool res : {false, true}) {
+        Case c;
+        c.W = W;
+        c.act_dtype = c.state_dtype = dt;
+        c.param_dtype = SC_F32;
+        c.B = 2;
+        c.T = 67;
+        c.D = 53;
+        c.residual = res;
+        c.h0 = true;
+        const Inputs in = make_inputs(c);
+        const Outputs ref = run(c, in, SC_BACKEND_CPU, kForward);
+        ASSERT_TRUE(ref.ok()) << ref.problems();
+        for (int64_t tt : {1, 2, 3, 4, 5, 7, 9, 64})
+          for (int64_t td : {0, 20}) {
+            Case k = c;
+            k.tile_t = tt;
+            k.tile_d = td;
+            const Outputs got = run(k, in, SC_BACKEND_CPU, kForward);
+            ASSERT_TRUE(got.ok()) << got.problems();
+            int64_t differ = 0;
+            for (size_t i = 0; i < ref.y.size(); ++i) differ += !(got.y[i] == ref.y[i]);
+            EXPECT_EQ(differ, 0) << "dtype " << int(dt) << " W " << W << " residual " << res
+                                 << " tile_t " << tt << " tile_d " << td;
+          }
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, ActivationRange,
                          ::testing::Values(SC_BACKEND_CPU, SC_BACKEND_CUDA), backend_param_name);
 
