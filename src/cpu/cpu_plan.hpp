@@ -266,8 +266,8 @@ struct Kernels {
 };
 // Instruction sets, in order: a machine that runs one runs every lower one.
 // v128: 128-bit vectors, every architecture's baseline (SSE2, NEON, generic);
-// avx2 / avx512 / avx512bf16 (AVX-512 with its BF16 conversions: the bf16
-// forward rounds y with one instruction): x86-64 only.
+// avx2 / avx512 / avx512bf16 (AVX-512 with its BF16 conversions: bf16 y and
+// dx rounded by one instruction): x86-64 only.
 enum class Isa { v128 = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3 };
 const Kernels& kernels(Isa isa);
 Isa best_isa();

@@ -283,11 +283,12 @@ TEST(ActivationPolicy, TanhFormsAgreeWithTheDefinition) {
     });
 }
 
-// The avx512bf16 table rounds the bf16 forward's y with vcvtneps2bf16, which
-// flushes subnormals (src/cpu/cpu_simd.hpp, Bf16Cvt): its y is bitwise
-// the avx512 table's for every bf16 input, scaled so that the fp32 results
-// fall on ties, between neighbours and below the normal range.
-TEST(ActivationCpuIsa, Bf16ForwardRoundsAlikeInEveryIsa) {
+// The avx512bf16 table rounds the bf16 y and dx with vcvtneps2bf16, which
+// flushes subnormals (src/cpu/cpu_simd.hpp, Bf16Cvt): its y and dx are
+// bitwise the avx512 table's for every bf16 input (x, and dy permuted),
+// scaled so that the fp32 results fall on ties, between neighbours
+// and below the normal range.
+TEST(ActivationCpuIsa, Bf16RoundsAlikeInEveryIsa) {
 #if defined(__x86_64__)
   if (!__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "no AVX-512 BF16 on this processor";
 #else
@@ -300,6 +301,16 @@ TEST(ActivationCpuIsa, Bf16ForwardRoundsAlikeInEveryIsa) {
     xs[b] = shortconv::bf16_to_f32(uint16_t(b));
     if (std::isnan(xs[b])) xs[b] = std::nan("");  // (not the harness's poison payload)
   }
+  // bitwise the same (NaN: both NaN), and how many of a's values are subnormal
+  auto compare = [](const std::vector<double>& a, const std::vector<double>& b, int64_t* subnormal) {
+    int64_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const bool same = std::isnan(a[i]) ? std::isnan(b[i]) : a[i] == b[i] && std::signbit(a[i]) == std::signbit(b[i]);
+      differ += !same;
+      *subnormal += a[i] != 0 && !std::isnan(a[i]) && std::abs(a[i]) < FLT_MIN;
+    }
+    return differ;
+  };
   for (sc_activation act : {SC_ACT_NONE, SC_ACT_SILU})
     for (double w : {1.0 + 1.0 / 256, 0.7500001, 0.1875}) {
       Case c;
@@ -314,23 +325,21 @@ TEST(ActivationCpuIsa, Bf16ForwardRoundsAlikeInEveryIsa) {
       c.bias = false;
       Inputs in = make_inputs(c);
       ASSERT_EQ(in.x.size(), xs.size());
+      ASSERT_EQ(in.dy.size(), xs.size());
       in.x = xs;
+      for (size_t i = 0; i < xs.size(); ++i) in.dy[i] = xs[i ^ 0x4000];  // (x of dy's subnormals: 2..4)
       in.weight.assign(in.weight.size(), w);
       setenv("SHORTCONV_CPU_ISA", "avx512", 1);
-      const Outputs a = run(c, in, SC_BACKEND_CPU, kForward);
+      const Outputs a = run(c, in, SC_BACKEND_CPU);
       setenv("SHORTCONV_CPU_ISA", "avx512bf16", 1);
-      const Outputs b = run(c, in, SC_BACKEND_CPU, kForward);
+      const Outputs b = run(c, in, SC_BACKEND_CPU);
       ASSERT_TRUE(a.ok()) << a.problems();
       ASSERT_TRUE(b.ok()) << b.problems();
-      int64_t differ = 0, subnormal = 0;
-      for (size_t i = 0; i < xs.size(); ++i) {
-        const bool same = std::isnan(a.y[i]) ? std::isnan(b.y[i])
-                                             : a.y[i] == b.y[i] && std::signbit(a.y[i]) == std::signbit(b.y[i]);
-        differ += !same;
-        subnormal += a.y[i] != 0 && std::fpclassify(a.y[i]) != FP_NAN && std::abs(a.y[i]) < FLT_MIN;
-      }
-      EXPECT_EQ(differ, 0) << "activation " << int(act) << ", weight " << w;
-      EXPECT_GT(subnormal, 0) << "the case reaches subnormal outputs";
+      int64_t sub_y = 0, sub_dx = 0;
+      EXPECT_EQ(compare(a.y, b.y, &sub_y), 0) << "y, activation " << int(act) << ", weight " << w;
+      EXPECT_EQ(compare(a.dx, b.dx, &sub_dx), 0) << "dx, activation " << int(act) << ", weight " << w;
+      EXPECT_GT(sub_y, 0) << "the case reaches subnormal y";
+      EXPECT_GT(sub_dx, 0) << "the case reaches subnormal dx";
     }
   if (outer) setenv("SHORTCONV_CPU_ISA", saved.c_str(), 1);
   else unsetenv("SHORTCONV_CPU_ISA");
