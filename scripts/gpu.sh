@@ -112,10 +112,10 @@ if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
   stage pydecode env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     "$PY" -m shortconv.bench --device cuda --decode --budget ${GPU_PYBENCH_BUDGET:-0.3}
 fi
-# The CPU backend on this host, once per instruction set it has (AVX2 and
-# AVX-512 by default: the tables bench/RESULTS.md keeps), bench and CPU tests.
+# The CPU backend on this host, once per instruction set it has (AVX2, AVX-512
+# and AVX-512 BF16 by default: the tables bench/RESULTS.md keeps), bench and CPU tests.
 if [ "${GPU_SKIP_CPU:-0}" != 1 ]; then
-  stage cpuisa env SHORTCONV_ISA_BENCH_BUILD="$B" SHORTCONV_ISA_BENCH_ISAS="${GPU_CPU_ISAS:-avx2 avx512}" \
+  stage cpuisa env SHORTCONV_ISA_BENCH_BUILD="$B" SHORTCONV_ISA_BENCH_ISAS="${GPU_CPU_ISAS:-avx2 avx512 avx512bf16}" \
     bash "$ROOT/scripts/cpu_isa_bench.sh" ${GPU_CPU_BENCH_ARGS:-}
 fi
 
