@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CPU backend once per instruction set the machine has: for each of
-# sse2, avx2 and avx512 (x86-64; elsewhere the 128-bit baseline only) that
+# sse2, avx2, avx512 and avx512bf16 (x86-64; elsewhere the 128-bit baseline only) that
 # the processor supports, `shortconv bench --backend cpu` with
 # SHORTCONV_CPU_ISA set (one table per instruction set, each with the copy
 # bandwidth measured in the same run), then the CPU C++ tests under that
