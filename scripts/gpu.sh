@@ -12,7 +12,8 @@
 #
 # GPU_CONFORM_SECONDS / GPU_PYTEST_SECONDS bound the two Python stages.
 # Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_BENCH=1 /
-# GPU_SKIP_PY=1 / GPU_SKIP_CONFORM=1 / GPU_SKIP_PYBENCH=1 / GPU_SKIP_CPU=1 skip a stage;
+# GPU_SKIP_PY=1 / GPU_SKIP_CONFORM=1 / GPU_SKIP_PYBENCH=1 / GPU_SKIP_CTYPES=1 / GPU_SKIP_CPU=1
+# skip a stage;
 # GPU_SAN_FILTER replaces the sanitizer stage's gtest filter; GPU_PYTEST_PATHS the Python
 # suite's paths (default tests/python) and GPU_PYTEST_ARGS adds pytest options;
 # GPU_BENCH_ARGS adds options to the bench (e.g. "--shape 8x4096x4096");
@@ -40,7 +41,7 @@ stage() {  # stage NAME CMD...: run, log to $LOG/NAME.log, record pass/fail and 
 }
 collect() {  # the logs so far into $OUT (when set)
   [ -n "${OUT:-}" ] || return 0
-  for s in build tests memcheck racecheck check bench base_build base_bench pyconform pytest pybench pydecode cpuisa; do
+  for s in build tests memcheck racecheck check bench base_build base_bench native pyconform pytest pybench pydecode pyhost_ctypes pydecode_ctypes cpuisa; do
     [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
   done >"$OUT/summary.txt"
   tar czf "$OUT/gpu-logs.tar.gz" -C "$LOG" . 2>/dev/null
@@ -95,6 +96,12 @@ fi
 # figures of this run (bench.json) and with the package's host overhead.
 PY=${PYTHON:-python3}
 if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
+  # the package's common calls compiled against the device's torch (shortconv/native.py);
+  # the stages below require it (SHORTCONV_NATIVE=1), the *_ctypes ones run without it
+  export SHORTCONV_NATIVE_DIR="$B/native"
+  stage native env PYTHONPATH="$ROOT/python" SHORTCONV_LIBRARY="$B/lib/libshortconv.so" \
+    "$PY" -m shortconv.build_native
+  export SHORTCONV_NATIVE=1
   # the peers' conformance parametrisations on the GPU first (their CUDA cases),
   # (the torch.compile suite last: its compilations are the slow part), then the suite,
   # bounded: it runs every test on both devices, torch.compile ones included
@@ -111,6 +118,14 @@ if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
   # host path of one step per entry point against torch.mul
   stage pydecode env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     "$PY" -m shortconv.bench --device cuda --decode --budget ${GPU_PYBENCH_BUDGET:-0.3}
+  # the same host paths through ctypes alone (the package without its native module)
+  if [ "${GPU_SKIP_CTYPES:-0}" != 1 ]; then
+    stage pyhost_ctypes env SHORTCONV_NATIVE=0 SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
+      "$PY" -m shortconv.bench --device cuda --overhead-only --budget ${GPU_PYBENCH_BUDGET:-0.3}
+    stage pydecode_ctypes env SHORTCONV_NATIVE=0 SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
+      "$PY" -m shortconv.bench --device cuda --decode --budget ${GPU_PYBENCH_BUDGET:-0.3}
+  fi
+  unset SHORTCONV_NATIVE
 fi
 # The CPU backend on this host, once per instruction set it has (AVX2, AVX-512
 # and AVX-512 BF16 by default: the tables bench/RESULTS.md keeps), bench and CPU tests.
@@ -121,7 +136,7 @@ fi
 
 echo
 echo "==== summary ($(date -u +%FT%TZ), $(head -2 "$LOG/gpu.txt" | tail -1))"
-for s in build tests memcheck racecheck check bench base_build base_bench pyconform pytest pybench pydecode cpuisa; do
+for s in build tests memcheck racecheck check bench base_build base_bench native pyconform pytest pybench pydecode pyhost_ctypes pydecode_ctypes cpuisa; do
   [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
 done
 grep -hE '^\[  FAILED  \]' "$LOG/tests.log" 2>/dev/null | head -20
@@ -130,6 +145,8 @@ grep -hE 'ERROR SUMMARY|Race reports|RACECHECK SUMMARY' "$LOG/memcheck.log" "$LO
 tail -n 1 "$LOG/pyconform.log" "$LOG/pytest.log" 2>/dev/null
 [ -s "$LOG/pybench.log" ] && tail -n 22 "$LOG/pybench.log"
 [ -s "$LOG/pydecode.log" ] && tail -n 44 "$LOG/pydecode.log"  # the table and the host-path rows
+[ -s "$LOG/pyhost_ctypes.log" ] && tail -n 12 "$LOG/pyhost_ctypes.log"
+[ -s "$LOG/pydecode_ctypes.log" ] && tail -n 16 "$LOG/pydecode_ctypes.log"
 [ -s "$LOG/cpuisa.log" ] && grep -E '^== |copy|GB/s|^ *(dense|packed|long|small)|tests|PASSED|FAILED' "$LOG/cpuisa.log" | head -60
 if [ -s "$LOG/bench.json" ]; then
   python3 - "$LOG/bench.json" "$LOG/bench_base.json" <<'EOF'

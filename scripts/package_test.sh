@@ -21,6 +21,11 @@ CC="${CC:-cc}" CXX="${CXX:-c++}" "$VENV/bin/python" -m pip wheel -q --no-build-i
   $(command -v ccache >/dev/null && echo -C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache) "$ROOT"
 "$VENV/bin/python" -m pip install -q --no-deps --target "$tmp/site" "$tmp"/wheel/shortconv-*.whl
 cp -r "$ROOT/tests/python" "$tmp/tests"
+# The native module built from the installed package (its sources and the C header ship in
+# the wheel), into the scratch prefix; the second half below requires it.
+log "native module from the installed wheel (python -m shortconv.build_native)"
+(cd "$tmp" && env -u SHORTCONV_LIBRARY SHORTCONV_NATIVE_DIR="$tmp/native" PYTHONPATH="$tmp/site" \
+  "$VENV/bin/python" -m shortconv.build_native)
 # The suites that only re-run the same library calls (the peers' conformance
 # parametrisations, the multi-process and property-based ones) ran in
 # scripts/test.sh; here the point is the installed package: loading, the op
@@ -35,7 +40,7 @@ wheel_half1() {
   wheel_pytest tests/test_env.py tests/test_hostile.py
 }
 wheel_half2() {
-  log "pytest against the installed wheel, second half: the rest"
-  wheel_pytest tests --ignore=tests/conformance --ignore=tests/test_env.py --ignore=tests/test_hostile.py
+  log "pytest against the installed wheel, second half: the rest (with the native module)"
+  SHORTCONV_NATIVE=1 SHORTCONV_NATIVE_DIR="$tmp/native" wheel_pytest tests --ignore=tests/conformance --ignore=tests/test_env.py --ignore=tests/test_hostile.py
 }
 side_by_side wheel_half1 wheel_half2

@@ -14,18 +14,24 @@ ctest --test-dir "$ROOT/build" --output-on-failure -j "$JOBS"
 ensure_venv
 export SHORTCONV_LIBRARY="$ROOT/build/lib/libshortconv.so"
 PY="$ROOT/tests/python"
+# The package's common calls compiled against the PyPI torch (shortconv/native.py, into
+# build/native): the PyPI suites require it (SHORTCONV_NATIVE=1) and test_fast.py runs its
+# cases through both one-pass paths; the Debian torch finds no module of its version and
+# runs the ctypes paths alone.
+log "native module against the PyPI torch (python -m shortconv.build_native)"
+PYTHONPATH="$ROOT/python" "$VENV/bin/python" -m shortconv.build_native
 # The Python suites run one thread each (tests/python/conftest.py): the PyPI
 # suite in two halves and the Debian one, side by side.
 # (Halves by time on this machine: distributed 53 s, fuzz and hostile 8 s each;
 # conformance 44 s, env 14 s, compile 9 s, the rest 10 s.)
 pypi_half1() {
   log "pytest (torch from PyPI), first half: multi-process, property-based, hostile"
-  PYTHONPATH="$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
+  SHORTCONV_NATIVE=1 PYTHONPATH="$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
     "$PY/test_distributed.py" "$PY/test_fuzz.py" "$PY/test_hostile.py"
 }
 pypi_half2() {
   log "pytest (torch from PyPI), second half: the rest"
-  PYTHONPATH="$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$PY" \
+  SHORTCONV_NATIVE=1 PYTHONPATH="$ROOT/python" "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$PY" \
     --ignore="$PY/test_distributed.py" --ignore="$PY/test_fuzz.py" --ignore="$PY/test_hostile.py"
 }
 # What differs on torch 1.13 is the package's side (no custom ops: the

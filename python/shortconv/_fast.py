@@ -23,6 +23,7 @@ import struct
 import torch
 
 from . import _lib, _ops
+from . import native as _native_module
 from ._lib import FLOAT_CODES, INDEX_CODES
 
 _take, _give_back, _describe, _describe_tokens = (_lib._take, _lib._give_back, _lib.describe,
@@ -45,6 +46,9 @@ _empty_like = torch.empty_like
 _grad_enabled = torch.is_grad_enabled
 _increment_version = _ops._increment_version
 
+# The same calls compiled against this torch, when built (native.py); else None.
+_native = _native_module.module
+
 _UPDATE = "shortconv.causal_conv1d_update"
 _CONV = "shortconv.causal_conv1d"
 _CONV_BWD = "shortconv.causal_conv1d (backward)"
@@ -61,6 +65,10 @@ def update_fast(x, cache, weight, bias, cache_indices, num_accepted, activation)
         return None
     if type(x) is not _Tensor:  # (before reading its device)
         return None
+    if _native is not None:
+        y = _native.update(x, cache, weight, bias, cache_indices, num_accepted, act)
+        if y is not None:
+            return y
     buf, base = _take()
     cuda = _exec_fields(buf, x)
     if cuda is None:
@@ -158,6 +166,18 @@ def _fill_inputs(x, weight, bias, cu_seqlens, state_len, activation):
 def plain_call(x, weight, bias, cu_seqlens, state_len, activation):
     """causal_conv1d(x, weight, bias, activation=, cu_seqlens=, state_len=)'s y (through
     PlainConv1dFunction when autograd records), or None when the call is not that case."""
+    if _native is not None and type(x) is _Tensor:
+        try:
+            act = _ACTIVATIONS[activation]
+        except (KeyError, TypeError):
+            act = None
+        if act is not None:
+            # y, or (y, its call) when autograd records (the forward then runs in apply)
+            r = _native.conv(x, weight, bias, cu_seqlens, state_len, act)
+            if type(r) is tuple:
+                return PlainConv1dFunction.apply(x, weight, bias, cu_seqlens, r)
+            if r is not None:
+                return r
     f = _fill_inputs(x, weight, bias, cu_seqlens, state_len, activation)
     if f is None:
         return None
@@ -185,8 +205,12 @@ class PlainConv1dFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, cu_seqlens, filled):
-        buf, base, y, snapshot = filled
-        _forward_on(buf, base, snapshot[1], snapshot[2], _CONV)
+        if len(filled) == 2:  # the native module's (y, call)
+            y, snapshot = filled
+            snapshot.forward()
+        else:
+            buf, base, y, snapshot = filled
+            _forward_on(buf, base, snapshot[1], snapshot[2], _CONV)
         ctx.save_for_backward(x, weight, bias, cu_seqlens)
         ctx.meta = snapshot
         # An unused y's gradient arrives as None instead of zeros (one kernel less).
@@ -198,20 +222,27 @@ class PlainConv1dFunction(torch.autograd.Function):
         x, weight, bias, cu = ctx.saved_tensors
         need = ctx.needs_input_grad
         snapshot = ctx.meta
-        key = snapshot[2]
+        native = type(snapshot) is not tuple
+        if native:
+            S, act = snapshot.state_len, snapshot.activation
+        else:
+            S, act = snapshot[2][2], snapshot[2][3]
         want_db = need[2] and bias is not None
         if _grad_enabled():  # create_graph=True: a differentiable backward
             dx, dw, db, _ = _ops.CausalConv1dBackward.apply(
-                x, weight, bias, None, cu, dy, None, key[2], key[3], need[0], need[1],
+                x, weight, bias, None, cu, dy, None, S, act, need[0], need[1],
                 want_db, False, None)
             return dx, dw, db, None, None
         if dy is not None:
-            grads = _backward_fast(snapshot, x, weight, bias, cu, dy, need[0], need[1],
-                                   want_db)
+            if native:
+                grads = snapshot.backward(x, weight, bias, cu, dy, need[0], need[1], want_db)
+            else:
+                grads = _backward_fast(snapshot, x, weight, bias, cu, dy, need[0], need[1],
+                                       want_db)
             if grads is not None:
                 return grads
-        dx, dw, db, _ = _ops.backward_impl(x, weight, bias, None, cu, dy, None, key[2],
-                                           key[3], need[0], need[1], want_db, False)
+        dx, dw, db, _ = _ops.backward_impl(x, weight, bias, None, cu, dy, None, S, act,
+                                           need[0], need[1], want_db, False)
         return dx, dw, db, None, None
 
 

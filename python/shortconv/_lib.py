@@ -243,6 +243,14 @@ _sc_backward = _lib.sc_backward
 _sc_forward_ws = _lib.sc_forward_workspace_size
 _sc_backward_ws = _lib.sc_backward_workspace_size
 
+
+def entry_points():
+    """The addresses of sc_forward, sc_backward and their workspace queries as called
+    now (for the native module, shortconv/native.py: a test that wraps them here wraps them
+    there too once native.module.init is given these again)."""
+    return tuple(ctypes.cast(f, ctypes.c_void_p).value
+                 for f in (_sc_forward, _sc_backward, _sc_forward_ws, _sc_backward_ws))
+
 # The template: sc_conv_args_init's bytes followed by zeroed ws / error slots.
 _init = _Buf()
 _lib.sc_conv_args_init(ctypes.addressof(_init))
@@ -686,6 +694,11 @@ def library_error(base, where, rename, status):
     """The ShortConvError of a failed call: ``where``, the status and the library's message
     (argument names translated through ``rename``)."""
     msg = ctypes.string_at(base + ERR_OFF).decode(errors="replace")
+    return library_error_from(msg, where, rename, status)
+
+
+def library_error_from(msg, where, rename, status):
+    """library_error() of a message already read (the native module's calls)."""
     if rename:  # whole words only: initial_state is not inside has_initial_state
         msg = re.sub(r"(?<![A-Za-z0-9_])(%s)(?![A-Za-z0-9_])"
                      % "|".join(re.escape(k) for k in rename),

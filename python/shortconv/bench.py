@@ -313,15 +313,17 @@ class NoOp(torch.autograd.Function):
 def validation_only():
     """Every call of the package validated by the library but not computed (the workspace
     query in place of the run): the host path of a call without its kernels."""
-    from shortconv import _lib
+    from shortconv import _lib, native
     saved = _lib._sc_forward, _lib._sc_backward
     fq, bq, off = _lib._sc_forward_ws, _lib._sc_backward_ws, _lib.WS_OFF
     _lib._sc_forward = lambda a, e: fq(a, a + off, e)
     _lib._sc_backward = lambda a, e: bq(a, a + off, e)
+    native.host_only(True)  # the native module's calls: sc_validate in place of the run
     try:
         yield
     finally:
         _lib._sc_forward, _lib._sc_backward = saved
+        native.host_only(False)
 
 
 def paired(a, b, device, budget_s):

@@ -99,9 +99,31 @@ def library_calls():
             return fn(args, err)
         return run
 
+    with entry_points_wrapped(wrap):
+        yield calls
+
+
+_RUN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+
+@contextlib.contextmanager
+def entry_points_wrapped(wrap):
+    """sc_forward / sc_backward replaced by wrap("fwd", real) / wrap("bwd", real) (callables
+    (args address, error address) -> status) while the block runs: for the ctypes paths
+    (_lib's entry points) and for the native module (C function pointers calling them)."""
+    from shortconv import _lib, native
+
     saved = _lib._sc_forward, _lib._sc_backward
     _lib._sc_forward, _lib._sc_backward = wrap("fwd", saved[0]), wrap("bwd", saved[1])
+    kept = None
+    if native.module is not None:
+        kept = _RUN(wrap("fwd", saved[0])), _RUN(wrap("bwd", saved[1]))
+        addr = [ctypes.cast(f, ctypes.c_void_p).value
+                for f in kept + (_lib._sc_forward_ws, _lib._sc_backward_ws)]
+        native.module.init(*addr, _lib._TEMPLATE, native._error)
     try:
-        yield calls
+        yield
     finally:
         _lib._sc_forward, _lib._sc_backward = saved
+        if kept is not None:
+            native.module.init(*_lib.entry_points(), _lib._TEMPLATE, native._error)

@@ -5,18 +5,21 @@ the one-pass functions disabled (every call through _ops' Call).  Both must hand
 library the same sc_conv_args bytes (but for the data pointers of the outputs each run
 allocates and the workspace pointer), give bitwise the same results, and raise the same
 errors with nothing written; a spy checks that the cases meant for the one-pass path take
-it and the others do not.
+it and the others do not.  Every test runs twice: the one-pass path in Python, and in C++
+(the native module, shortconv/native.py; skipped where it is not built), whose library
+calls are seen through entry points handed to it that record and forward.
 """
 import contextlib
 import ctypes
 import struct
+import warnings
 
 import pytest
 import torch
 
 import shortconv
-from helpers import HAS_CUDA, make_problem
-from shortconv import _fast, _lib
+from helpers import HAS_CUDA, entry_points_wrapped, make_problem
+from shortconv import _fast, _lib, native
 
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
 _OUTPUTS = ("y", "dx", "dweight", "dbias", "dinitial_state")  # allocated afresh by each run
@@ -36,9 +39,22 @@ def _without_x_pointer(calls):
     return [(d, _masked(raw, ("x",))) for d, raw in calls]
 
 
+@pytest.fixture(autouse=True, params=["python", "native"])
+def one_pass(request, monkeypatch):
+    """Which one-pass path the test runs: _fast's Python, or the native module's C++."""
+    if request.param == "native":
+        if native.module is None:
+            pytest.skip(native.status())
+        monkeypatch.setattr(_fast, "_native", native.module)
+    else:
+        monkeypatch.setattr(_fast, "_native", None)
+    return request.param
+
+
 @contextlib.contextmanager
 def raw_calls():
-    """The sc_conv_args bytes of every sc_forward / sc_backward call: [(direction, bytes)]."""
+    """The sc_conv_args bytes of every sc_forward / sc_backward call: [(direction, bytes)],
+    those of the Python paths and of the native module (helpers.entry_points_wrapped)."""
     calls = []
 
     def wrap(direction, fn):
@@ -47,12 +63,8 @@ def raw_calls():
             return fn(args, err)
         return run
 
-    saved = _lib._sc_forward, _lib._sc_backward
-    _lib._sc_forward, _lib._sc_backward = wrap("fwd", saved[0]), wrap("bwd", saved[1])
-    try:
+    with entry_points_wrapped(wrap):
         yield calls
-    finally:
-        _lib._sc_forward, _lib._sc_backward = saved
 
 
 @contextlib.contextmanager
@@ -182,7 +194,8 @@ def _decode_errors(device):
         if change is None and what == "row out of range":
             continue
         if change is None:
-            with pytest.warns(UserWarning):
+            with warnings.catch_warnings():  # (nested tensors' prototype warning, once)
+                warnings.simplefilter("ignore")
                 args["x"] = torch.nested.nested_tensor([x[0], x[1]])
         else:
             args.update(change)
@@ -330,7 +343,9 @@ def test_forward_errors_are_the_general_paths(device, monkeypatch):
         shortconv.causal_conv1d(x, w, b, state_len=True)
 
 
-def test_buffers_are_reused_and_not_shared():
+def test_buffers_are_reused_and_not_shared(one_pass):
+    if one_pass == "native":
+        pytest.skip("the Python path's buffers")
     # every call takes its own buffer from the free list and gives it back once the library
     # has returned; a call made while another is being filled gets a different one
     x, cache, kw = _decode_case("pool rows", "cpu")
