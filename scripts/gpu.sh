@@ -101,7 +101,7 @@ if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
   export SHORTCONV_NATIVE_DIR="$B/native"
   stage native env PYTHONPATH="$ROOT/python" SHORTCONV_LIBRARY="$B/lib/libshortconv.so" \
     "$PY" -m shortconv.build_native
-  export SHORTCONV_NATIVE=1
+  case "${STATUS[native]}" in ok*) export SHORTCONV_NATIVE=1 ;; esac  # (else: ctypes alone)
   # the peers' conformance parametrisations on the GPU first (their CUDA cases),
   # (the torch.compile suite last: its compilations are the slow part), then the suite,
   # bounded: it runs every test on both devices, torch.compile ones included
