@@ -62,9 +62,14 @@ if [ -n "${GPU_BASELINE:-}" ]; then
     echo "$(( $(date +%s) - t0 ))s" >>"$LOG/base_build.status" ) >"$LOG/base_build.log" 2>&1 &
   BASE_PID=$!
 fi
+if [ "${GPU_SKIP_TESTS:-0}" = 1 ] && [ "${GPU_SKIP_SAN:-0}" = 1 ]; then
+  BUILD_TESTS=OFF; TARGETS="shortconv shortconv_cli"  # (no gtest binary wanted)
+else
+  BUILD_TESTS=ON; TARGETS="shortconv shortconv_tests shortconv_cli"
+fi
 stage build bash -c "cmake -S '$ROOT' -B '$B' -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DSHORTCONV_CUDA=ON -DSHORTCONV_BUILD_TESTS=ON \
-  && cmake --build '$B' -j$JOBS --target shortconv shortconv_tests shortconv_cli 2>&1 \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DSHORTCONV_CUDA=ON -DSHORTCONV_BUILD_TESTS=$BUILD_TESTS \
+  && cmake --build '$B' -j$JOBS --target $TARGETS 2>&1 \
   || cmake --build '$B' -j$JOBS"
 TESTS=$B/bin/shortconv_tests
 CLI=$B/bin/shortconv

@@ -80,7 +80,7 @@ struct TmTraits {
   // (H200: f+b -1% to -4% on the dense, long and packed shapes against 256).
   static constexpr int64_t kMaxTileTBwd = 512;
   static constexpr int64_t kMinWaves = 3;           // forward beyond one wave of kMaxTileT tiles: >= this many waves
-  static constexpr int64_t kBwdFullMinTileT = 64;   // shortest tile taking the full-window backward instance
+  static constexpr int64_t kBwdFullMinTileT = 16;   // shortest tile taking the full-window backward instance
   // Shared memory of bwd_tm: the block's dweight/dbias partials, one row of
   // ch * (WMAX + 1) accumulators per thread.
   static SC_TRAIT size_t bwd_smem(int cx, int ty, int ch, int wmax, int acc_bytes) {
