@@ -1,7 +1,10 @@
 """Shared helpers for the Python tests: tolerances, random problems, comparisons."""
 import contextlib
 import ctypes
+import os
 import struct
+import subprocess
+import sys
 
 import torch
 
@@ -127,3 +130,17 @@ def entry_points_wrapped(wrap):
         _lib._sc_forward, _lib._sc_backward = saved
         if kept is not None:
             native.module.init(*_lib.entry_points(), _lib._TEMPLATE, native._error)
+
+
+def run_python(script, **env):
+    """A fresh interpreter running ``script`` with this package and library (import-time
+    switches): the CompletedProcess, output captured."""
+    import shortconv
+
+    e = dict(os.environ)
+    pkg_dir = os.path.dirname(os.path.dirname(os.path.abspath(shortconv.__file__)))
+    e["PYTHONPATH"] = pkg_dir + os.pathsep + e.get("PYTHONPATH", "")
+    e.setdefault("SHORTCONV_LIBRARY", shortconv.library_path)
+    e.update(env)
+    return subprocess.run([sys.executable, "-c", script], env=e, capture_output=True, text=True,
+                          timeout=120)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import shortconv
+from helpers import run_python
 
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(shortconv.__file__)))
 
@@ -24,13 +25,7 @@ print("ok")
 """
 
 
-def run(script, **env):
-    e = dict(os.environ)
-    e["PYTHONPATH"] = PYTHON_DIR + os.pathsep + e.get("PYTHONPATH", "")
-    e.setdefault("SHORTCONV_LIBRARY", shortconv.library_path)
-    e.update(env)
-    return subprocess.run([sys.executable, "-c", script], env=e, capture_output=True, text=True,
-                          timeout=120)
+run = run_python
 
 
 def test_forced_fallback_path():

@@ -14,19 +14,14 @@ import pytest
 import torch
 
 import shortconv
+from helpers import run_python
 from shortconv import _fast, native
 
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(shortconv.__file__)))
 needs_module = pytest.mark.skipif(native.module is None, reason=native.status())
 
 
-def run(script, **env):
-    e = dict(os.environ)
-    e["PYTHONPATH"] = PYTHON_DIR + os.pathsep + e.get("PYTHONPATH", "")
-    e.setdefault("SHORTCONV_LIBRARY", shortconv.library_path)
-    e.update(env)
-    return subprocess.run([sys.executable, "-c", script], env=e, capture_output=True, text=True,
-                          timeout=120)
+run = run_python
 
 
 STEP = r"""
