@@ -6,7 +6,8 @@ buffer straight away (_lib.describe per tensor: every check of Call.set, one pas
 the library.  Each returns None when anything is not its case (a tensor describe() leaves
 to Call.set, a rank or an argument it does not take); the caller then takes the general
 path (_ops), which describes the call from scratch and takes it or raises its error.
-Nothing is written before the library validates, so a None costs only the time spent
+When the native module is built (native.py), update_fast and plain_call hand their case to
+its C++ first, which fills the same bytes.  Nothing is written before the library validates, so a None costs only the time spent
 here, and the bytes handed to the library are those of the general path (tested:
 tests/python/test_fast.py).
 

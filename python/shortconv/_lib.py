@@ -245,9 +245,8 @@ _sc_backward_ws = _lib.sc_backward_workspace_size
 
 
 def entry_points():
-    """The addresses of sc_forward, sc_backward and their workspace queries as called
-    now (for the native module, shortconv/native.py: a test that wraps them here wraps them
-    there too once native.module.init is given these again)."""
+    """The addresses of sc_forward, sc_backward and their workspace queries, for the native
+    module (shortconv/native.py), which calls the library this module loaded."""
     return tuple(ctypes.cast(f, ctypes.c_void_p).value
                  for f in (_sc_forward, _sc_backward, _sc_forward_ws, _sc_backward_ws))
 

@@ -7,7 +7,8 @@
 // torch elementwise ops (bench/RESULTS.md, "PyTorch package host path").  Here a tensor's
 // description is a few loads from its TensorImpl and the call is a C call.
 //
-// Contract (tested in tests/python/test_native.py against the Python paths):
+// Contract (tests/python/test_fast.py runs each of its cases through this module and the
+// Python paths):
 //   - every function takes exactly what its Python counterpart takes and fills the
 //     library's sc_conv_args with the same bytes, but for the data pointers of the
 //     outputs it allocates and the workspace pointer;

@@ -11,7 +11,8 @@ torch version:
     python -m shortconv.build_native --status   # which path the calls take, and why
 
 When the module for this torch is found it is used, the ctypes paths otherwise; both hand
-the library the same bytes and give the same results and errors (tests/python/test_native.py).
+the library the same bytes and give the same results and errors (tests/python/test_fast.py
+runs each of its cases through both).
 
 Where the module lives: ``$SHORTCONV_NATIVE_DIR`` if set, else ``build/native`` of the
 source tree this package runs from, else ``~/.cache/shortconv/native``; one subdirectory
