@@ -29,9 +29,11 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 #include <string>
+#include <utility>
 
 #include "shortconv/shortconv.h"
 
@@ -260,11 +262,28 @@ constexpr const char* kUpdate = "shortconv.causal_conv1d_update";
 constexpr const char* kConv = "shortconv.causal_conv1d";
 constexpr const char* kConvBwd = "shortconv.causal_conv1d (backward)";
 
-// ---- the decode step (_fast.update_fast) ----------------------------------------------
-// x [N, D] (described as [N, 1, D]) or [N, T, D]; cache [N, D, S] or a pool with
-// cache_indices [N]; weight [D, W]; bias [D]; num_accepted [N].  y, or None.
-py::object update(py::handle x, py::handle cache, py::handle weight, py::handle bias,
-                  py::handle cache_indices, py::handle num_accepted, int activation) {
+// ---- the decode step (_fast.update_fast) and the peers' wrappers of it ----------------
+// How a wrapper's arguments map onto the core's decode step (update_impl's flags): each is
+// what the wrapper's Python does with views before calling functional.causal_conv1d_update,
+// done here on the descriptions (the same bytes, no views made).
+enum UpdateFlags : unsigned {
+  kStrict = 1u << 0,        // weight [D, W] and cache [P, D, S] only, cache dtype == x's
+  kChannelFirst = 1u << 1,  // a 3-D x is [N, D, T] (transposed to the core's [N, T, D]);
+                            // y is returned in x's shape, token-major underneath
+  kNarrowState = 1u << 2,   // the state is the first W-1 entries of each row (S > W-1)
+  kRowsOfBatch = 1u << 3,   // no indices: the cache's first min(N, P) rows
+  kZeroPads = 1u << 4,      // outputs of padded rows (index < 0) set to zero afterwards
+};
+constexpr unsigned kVllm = kStrict | kChannelFirst | kNarrowState | kRowsOfBatch;
+constexpr unsigned kVllmSpeculative = kStrict | kChannelFirst | kRowsOfBatch;
+constexpr unsigned kDao = kStrict | kChannelFirst | kZeroPads;
+
+// x [N, D] (described as [N, 1, D]) or [N, T, D] ([N, D, T] with kChannelFirst); cache
+// [N, D, S] or a pool with cache_indices [N]; weight [D, W]; bias [D]; num_accepted [N].
+// y, or None.
+py::object update_impl(py::handle x, py::handle cache, py::handle weight, py::handle bias,
+                       py::handle cache_indices, py::handle num_accepted, int activation,
+                       unsigned flags) {
   const int cuda_index = call_device(x.ptr());
   if (cuda_index == -2) return py::none();
   sc_conv_args a = lib->tmpl;
@@ -279,10 +298,16 @@ py::object update(py::handle x, py::handle cache, py::handle weight, py::handle 
     a.x.ndim = 3;
     a.x.shape[0] = n; a.x.shape[1] = 1; a.x.shape[2] = d;
     a.x.stride[0] = sn; a.x.stride[1] = d * sd; a.x.stride[2] = sd;
+  } else if (flags & kChannelFirst) {  // [N, D, T] read as x.transpose(1, 2)
+    std::swap(a.x.shape[1], a.x.shape[2]);
+    std::swap(a.x.stride[1], a.x.stride[2]);
   }
   const at::Tensor* wt = describe(a.weight, weight.ptr(), cuda_index, false);
   const at::Tensor* ct = describe(a.final_state, cache.ptr(), cuda_index, false);
   if (wt == nullptr || ct == nullptr) return py::none();
+  if ((flags & kStrict) &&
+      (a.weight.ndim != 2 || a.final_state.ndim != 3 || a.final_state.dtype != xcode))
+    return py::none();
   const int64_t D = a.x.shape[2];
   if (D != a.weight.shape[0]) return py::none();
   // FLA's [1, N, D] (one token each of N sequences) is functional.py's view
@@ -290,28 +315,44 @@ py::object update(py::handle x, py::handle cache, py::handle weight, py::handle 
     return py::none();
   const int64_t width = a.weight.shape[a.weight.ndim - 1];
   if (!fits_int32(width)) return py::none();
+  if (flags & kNarrowState) {  // conv_state.narrow(-1, 0, W - 1)
+    int64_t& s = a.final_state.shape[2];
+    if (s != width - 1 && width >= 1) {
+      if (s < width - 1) return py::none();  // (narrow's own error, in Python)
+      s = width - 1;
+    }
+  }
+  if ((flags & kRowsOfBatch) && cache_indices.is_none())  // cache.narrow(0, 0, min(N, P))
+    a.final_state.shape[0] = std::min(a.final_state.shape[0], a.x.shape[0]);
   a.width = static_cast<int32_t>(width);
   a.state_len = -1;
   a.activation = activation;
   a.initial_state = a.final_state;  // read in place
   if (!bias.is_none() && describe(a.bias, bias.ptr(), cuda_index, false) == nullptr)
     return py::none();
+  const at::Tensor* it = nullptr;
   if (!cache_indices.is_none()) {
-    if (describe(a.initial_state_indices, cache_indices.ptr(), cuda_index, true) == nullptr)
-      return py::none();
+    it = describe(a.initial_state_indices, cache_indices.ptr(), cuda_index, true);
+    if (it == nullptr) return py::none();
     a.final_state_indices = a.initial_state_indices;
   }
   if (!num_accepted.is_none() &&
       describe(a.num_accepted, num_accepted.ptr(), cuda_index, true) == nullptr)
     return py::none();
   exec_fields(a.exec, cuda_index);
-  at::Tensor y = at::empty_like(*xt);  // x's strides when x is dense (_layout.like_x)
+  at::Tensor y;  // x's strides when x is dense (_layout.like_x)
   if (nd == 2) {
+    y = at::empty_like(*xt);
     auto ys = y.strides();
     a.y = a.x;
     a.y.data = y.data_ptr();
     a.y.stride[0] = ys[0]; a.y.stride[1] = D * ys[1]; a.y.stride[2] = ys[1];
+  } else if (flags & kChannelFirst) {  // empty_like(x.transpose(1, 2)).transpose(1, 2)
+    at::Tensor yt = at::empty_like(xt->transpose(1, 2));
+    describe_out(a.y, a.x, yt);
+    y = yt.transpose(1, 2);
   } else {
+    y = at::empty_like(*xt);
     describe_out(a.y, a.x, y);
   }
   sc_error err;
@@ -320,7 +361,31 @@ py::object update(py::handle x, py::handle cache, py::handle weight, py::handle 
   if (s != SC_OK) raise(kUpdate, true, s, err);
   const at::Tensor& c = *ct;
   if (!c.is_inference()) torch::autograd::impl::bump_version(c);
+  if ((flags & kZeroPads) && it != nullptr) {  // y.masked_fill_((indices < 0).view(-1, 1[, 1]), 0)
+    const int64_t pads_shape[] = {-1, 1, 1};
+    y.masked_fill_(it->lt(0).view(at::IntArrayRef(pads_shape, static_cast<size_t>(nd))), 0);
+  }
   return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(y)));
+}
+
+py::object update(py::handle x, py::handle cache, py::handle weight, py::handle bias,
+                  py::handle cache_indices, py::handle num_accepted, int activation) {
+  return update_impl(x, cache, weight, bias, cache_indices, num_accepted, activation, 0);
+}
+
+// vllm.causal_conv1d_update's call of the core without query_start_loc, trees, prefix
+// caching or another pad id: x [N, D] or [N, D, T] of conv_state's dtype.
+py::object update_vllm(py::handle x, py::handle conv_state, py::handle weight,
+                       py::handle bias, py::handle indices, py::handle num_accepted,
+                       int activation) {
+  return update_impl(x, conv_state, weight, bias, indices, num_accepted, activation,
+                     num_accepted.is_none() ? kVllm : kVllmSpeculative);
+}
+
+// dao.causal_conv1d_update's call of the core without cache_seqlens.
+py::object update_dao(py::handle x, py::handle conv_state, py::handle weight, py::handle bias,
+                      py::handle indices, int activation) {
+  return update_impl(x, conv_state, weight, bias, indices, py::none(), activation, kDao);
 }
 
 // ---- the convolution of x, weight, bias, cu_seqlens (_fast.plain_call) ------------------
@@ -482,6 +547,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("host_only", &host_only, "Validate calls instead of running them (address of "
         "sc_validate, or 0)");
   m.def("update", &update, "_fast.update_fast in C++: y, or None");
+  m.def("update_vllm", &update_vllm, "vllm.causal_conv1d_update's common step: y, or None");
+  m.def("update_dao", &update_dao, "dao.causal_conv1d_update's common step: y, or None");
   m.def("conv", &conv, "_fast.plain_call in C++: y, (y, Conv) when autograd records, or None");
   py::class_<Conv>(m, "Conv")
       .def("forward", &Conv::forward)

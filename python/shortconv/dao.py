@@ -32,6 +32,7 @@ then uses state row n, as in ``shortconv.causal_conv1d``).
 
 import torch
 
+from . import _fast, _ops
 from . import functional as _F
 from ._lib import ShortConvError
 
@@ -142,6 +143,17 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     """
     where = "shortconv.dao.causal_conv1d_update"
     _check_activation(activation)
+    # The common step (no cache_seqlens) in the native module's one pass: the lines below
+    # on descriptions instead of views (tests/python/test_fast.py compares both).
+    native = _fast._native
+    if native is not None and cache_seqlens is None and not _ops.use_custom_op():
+        try:
+            y = native.update_dao(x, conv_state, weight, bias, conv_state_indices,
+                                  _fast._ACTIVATIONS[activation])
+        except ShortConvError as e:
+            raise CausalConv1dError("%s: %s" % (where, e), e.status) from None
+        if y is not None:
+            return y
     _check_tensor(where, "x", x, (2, 3), "[batch, dim] or [batch, dim, seqlen]")
     _check_tensor(where, "conv_state", conv_state, (3,), "[batch, dim, state_len]")
     if conv_state.dtype != x.dtype:

@@ -50,6 +50,7 @@ import re
 
 import torch
 
+from . import _fast, _ops
 from . import functional as _F
 from ._lib import ShortConvError
 
@@ -70,6 +71,12 @@ def _activation(where, activation):
     # vLLM asserts (update) or silently runs no activation (fn): refuse instead.
     raise ValueError("%s: activation: expected True, False, None, 'silu' or 'swish', got %r"
                      % (where, activation))
+
+
+# activation -> the core's code, for the native step (True is silu; None and False none).
+_FAST_ACT = {True: _fast._ACTIVATIONS["silu"], False: _fast._ACTIVATIONS[None],
+             None: _fast._ACTIVATIONS[None], "silu": _fast._ACTIVATIONS["silu"],
+             "swish": _fast._ACTIVATIONS["swish"]}
 
 
 def _check_tensor(where, name, t, rank, expected):
@@ -239,6 +246,22 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
             block_idx_last_scheduled_token.
     Returns out, x's shape, dtype and layout.
     """
+    # The common step (no query_start_loc, tree, prefix caching or other pad id; x of
+    # conv_state's dtype) in the native module's one pass: what the lines below do with
+    # views, done on the descriptions (tests/python/test_fast.py compares both).
+    native = _fast._native
+    if (native is not None and query_start_loc is None and retrieve_parent_token is None
+            and block_idx_last_scheduled_token is None and initial_state_idx is None
+            and (pad_slot_id is None or pad_slot_id == -1) and not _ops.use_custom_op()):
+        act = _FAST_ACT.get(activation) if type(activation) in (bool, str, type(None)) else None
+        if act is not None:
+            try:
+                y = native.update_vllm(x, conv_state, weight, bias, conv_state_indices,
+                                       num_accepted_tokens, act)
+            except ShortConvError as e:
+                raise _vllm_names(e, _UPDATE_NAMES) from None
+            if y is not None:
+                return y
     where = "shortconv.vllm.causal_conv1d_update"
     apc = ((block_idx_last_scheduled_token is not None or initial_state_idx is not None)
            and _prefix_caching(where, (("block_idx_last_scheduled_token",

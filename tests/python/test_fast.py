@@ -221,6 +221,133 @@ def test_decode_errors_are_the_general_paths(device, monkeypatch):
         assert "causal_conv1d_update" in got[0][1], (what, got[0])
 
 
+# ---- the peers' decode steps (vllm / dao causal_conv1d_update) -----------------------
+class _NativeSpy:
+    """The native module with its wrapper steps recorded: [(name, taken)]."""
+
+    def __init__(self, mod):
+        self._mod, self.taken = mod, []
+
+    def __getattr__(self, name):
+        fn = getattr(self._mod, name)
+        if name not in ("update_vllm", "update_dao"):
+            return fn
+
+        def run(*a):
+            out = fn(*a)
+            self.taken.append((name, out is not None))
+            return out
+        return run
+
+
+def _peer_case(name, device):
+    """(function, args, kwargs, the pool) of a vllm / dao decode step."""
+    g = torch.Generator().manual_seed(sum(map(ord, name)))
+    N, D, W, P = 5, 6, 4, 9
+
+    def rnd(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype).to(device)
+
+    rows = torch.tensor([3, -1, 0, 8, 5], dtype=torch.int32, device=device)
+    w, b = rnd(D, W), rnd(D)
+    vpool = rnd(P, W - 1, D).transpose(1, 2)  # vLLM's rows: the feature dim contiguous
+    fn, args, kw = shortconv.vllm.causal_conv1d_update, [rnd(N, D), vpool, w, b, True, rows], {}
+    if name == "vllm speculative":  # x [N, D, 1 + 3], rows of W-1+3 entries
+        args[:2] = rnd(N, D, 4), rnd(P, W - 1 + 3, D).transpose(1, 2)
+        kw["num_accepted_tokens"] = torch.tensor([1, 2, 3, 4, 1], dtype=torch.int32,
+                                                 device=device)
+    elif name == "vllm rows longer than W-1":  # the state is the first W-1 entries
+        args[1] = rnd(P, W + 2, D).transpose(1, 2)
+    elif name == "vllm no indices, no bias, no activation":
+        args[3:6] = None, None, None
+    elif name == "vllm x [N, D, T] a slice, fp16":  # token-major underneath, as vLLM's
+        x = rnd(N, 2, 3 * D, dtype=torch.float16)[:, :, D:2 * D].transpose(1, 2)
+        args[:4] = x, vpool.half(), w.half(), b.half()
+        args[4] = "silu"
+    elif name == "vllm x of another dtype":  # (vLLM casts to the state's dtype)
+        args[0] = args[0].double()
+    elif name == "vllm query_start_loc":
+        args[0] = rnd(N, D)
+        kw["query_start_loc"] = torch.arange(N + 1, dtype=torch.int32, device=device)
+    elif name.startswith("dao"):
+        pool = rnd(P, D, W - 1)
+        fn, args = shortconv.dao.causal_conv1d_update, [rnd(N, D), pool, w, b, "silu", None, rows]
+        if name == "dao x [N, D, T]":
+            args[0], args[1] = rnd(N, D, 3), rnd(P, D, W + 1)
+        elif name == "dao no indices":
+            args[1], args[6] = rnd(N, D, W - 1), None
+        elif name == "dao cache_seqlens":
+            args[1], args[6] = rnd(N, D, W - 1), None
+            args[5] = torch.tensor([0, 1, 2, 0, 5], dtype=torch.int32, device=device)
+    return fn, args, kw
+
+
+PEER_ONE_PASS = ["vllm pool rows", "vllm speculative", "vllm rows longer than W-1",
+                 "vllm no indices, no bias, no activation", "vllm x [N, D, T] a slice, fp16",
+                 "dao pool rows", "dao x [N, D, T]", "dao no indices"]
+PEER_GENERAL = ["vllm x of another dtype", "vllm query_start_loc", "dao cache_seqlens"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", PEER_ONE_PASS + PEER_GENERAL)
+def test_peer_decode_steps_match_their_python(name, device, monkeypatch, one_pass):
+    """The native module's vllm / dao steps against the wrappers' own Python (views, then
+    functional.causal_conv1d_update's general path): the same bytes, outputs and rows."""
+    fn, args, kw = _peer_case(name, device)
+    pool = args[1]
+    original = pool.clone()
+    runs = []
+    for general in (False, True):
+        pool.copy_(original)
+        spy_mod = _NativeSpy(native.module) if one_pass == "native" and not general else None
+        with raw_calls() as calls, monkeypatch.context() as m:
+            m.setattr(_fast, "_native", spy_mod)
+            if general:
+                m.setattr(_fast, "update_fast", lambda *a: None)
+            y = fn(*args, **kw)
+        runs.append((y, pool.clone(), calls, spy_mod and spy_mod.taken))
+    (y1, p1, c1, taken), (y2, p2, c2, _) = runs
+    if one_pass == "native":
+        assert [t for _, t in taken] == ([True] if name in PEER_ONE_PASS else
+                                         [False] * len(taken)), taken
+    assert torch.equal(y1, y2) and y1.stride() == y2.stride() and y1.dtype == y2.dtype
+    assert torch.equal(p1, p2) and not torch.equal(p1, original)
+    if name == "vllm x of another dtype":  # (the cast is a copy: new memory each run)
+        c1, c2 = _without_x_pointer(c1), _without_x_pointer(c2)
+    assert len(c1) == len(c2) == 1 and c1 == c2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_peer_decode_step_errors_match_their_python(device, monkeypatch, one_pass):
+    """A library error through the native step reads as through the Python one (the peers'
+    argument names, their exception types), with nothing written."""
+    cases = []
+    for name in ("vllm pool rows", "dao pool rows", "vllm speculative"):
+        fn, args, kw = _peer_case(name, device)
+        if name == "vllm speculative":  # an accepted count beyond the step's tokens
+            kw["num_accepted_tokens"] = kw["num_accepted_tokens"] + 4
+        elif device == "cpu":  # a row out of the pool (checked on host backends, semantics §7)
+            args[-1] = args[-1].clone().fill_(9)
+        else:
+            continue
+        cases.append((name, fn, args, kw))
+    for name, fn, args, kw in cases:
+        pool = args[1]
+        before = pool.clone()
+        got = []
+        for general in (False, True):
+            with monkeypatch.context() as m:
+                if general:
+                    m.setattr(_fast, "_native", None)
+                    m.setattr(_fast, "update_fast", lambda *a: None)
+                with pytest.raises(Exception) as e:
+                    fn(*args, **kw)
+            assert torch.equal(pool, before), "%s: the pool was written" % name
+            got.append((type(e.value), str(e.value)))
+        assert got[0] == got[1], name
+        assert name.split()[0] in got[0][1], got[0]
+
+
 # ---- forward and backward without states ---------------------------------------------
 def _plain_case(name, device, dtype=torch.float64):
     """(x, weight, bias, keyword arguments, whether x is passed as a lazily negated view)."""
