@@ -273,6 +273,7 @@ enum UpdateFlags : unsigned {
   kNarrowState = 1u << 2,   // the state is the first W-1 entries of each row (S > W-1)
   kRowsOfBatch = 1u << 3,   // no indices: the cache's first min(N, P) rows
   kZeroPads = 1u << 4,      // outputs of padded rows (index < 0) set to zero afterwards
+  kModuleStep = 1u << 5,    // x [N, 1, D] only; a weight [D, 1, W] read as [D, W]
 };
 constexpr unsigned kVllm = kStrict | kChannelFirst | kNarrowState | kRowsOfBatch;
 constexpr unsigned kVllmSpeculative = kStrict | kChannelFirst | kRowsOfBatch;
@@ -305,6 +306,16 @@ py::object update_impl(py::handle x, py::handle cache, py::handle weight, py::ha
   const at::Tensor* wt = describe(a.weight, weight.ptr(), cuda_index, false);
   const at::Tensor* ct = describe(a.final_state, cache.ptr(), cuda_index, false);
   if (wt == nullptr || ct == nullptr) return py::none();
+  if (flags & kModuleStep) {  // one token per sequence; weight.squeeze(1) of a [D, 1, W]
+    if (nd != 3 || a.x.shape[1] != 1) return py::none();
+    if (a.weight.ndim == 3 && a.weight.shape[1] == 1) {
+      a.weight.ndim = 2;
+      a.weight.shape[1] = a.weight.shape[2];
+      a.weight.stride[1] = a.weight.stride[2];
+      a.weight.shape[2] = 0;
+      a.weight.stride[2] = 0;
+    }
+  }
   if ((flags & kStrict) &&
       (a.weight.ndim != 2 || a.final_state.ndim != 3 || a.final_state.dtype != xcode))
     return py::none();
@@ -380,6 +391,13 @@ py::object update_vllm(py::handle x, py::handle conv_state, py::handle weight,
                        int activation) {
   return update_impl(x, conv_state, weight, bias, indices, num_accepted, activation,
                      num_accepted.is_none() ? kVllm : kVllmSpeculative);
+}
+
+// ShortConvolution.forward's decode step without autograd: x [N, 1, D], cache [N, D, S],
+// the module's weight [D, 1, W] (what step() hands functional.causal_conv1d_update).
+py::object update_module(py::handle x, py::handle cache, py::handle weight, py::handle bias,
+                         int activation) {
+  return update_impl(x, cache, weight, bias, py::none(), py::none(), activation, kModuleStep);
 }
 
 // dao.causal_conv1d_update's call of the core without cache_seqlens.
@@ -548,6 +566,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "sc_validate, or 0)");
   m.def("update", &update, "_fast.update_fast in C++: y, or None");
   m.def("update_vllm", &update_vllm, "vllm.causal_conv1d_update's common step: y, or None");
+  m.def("update_module", &update_module, "ShortConvolution's decode step: y, or None");
   m.def("update_dao", &update_dao, "dao.causal_conv1d_update's common step: y, or None");
   m.def("conv", &conv, "_fast.plain_call in C++: y, (y, Conv) when autograd records, or None");
   py::class_<Conv>(m, "Conv")

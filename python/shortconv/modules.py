@@ -7,6 +7,7 @@ import warnings
 import torch
 import torch.nn as nn
 
+from . import _fast, _ops
 from ._args import check_flag, check_tensor
 from ._lib import invalid
 from ._ops import activation_code
@@ -103,6 +104,23 @@ class ShortConvolution(nn.Conv1d):
 
     def forward(self, x, residual=None, mask=None, cache=None, output_final_state=False,
                 cu_seqlens=None, chunk_indices=None, **kwargs):
+        # The decode step without autograd (one token per sequence, a cache) in the native
+        # module's one pass: step()'s call, its weight view done on the description
+        # (tests/python/test_fast.py compares both).
+        native = _fast._native
+        if (native is not None and type(x) is torch.Tensor and type(cache) is torch.Tensor
+                and residual is None and mask is None
+                and cu_seqlens is None and chunk_indices is None and not kwargs
+                and (output_final_state is True or output_final_state is False)
+                and not _ops.use_custom_op()
+                and (not torch.is_grad_enabled() or not (
+                    x.requires_grad or cache.requires_grad or self.weight.requires_grad
+                    or (self.bias is not None and self.bias.requires_grad)))):
+            act = _fast._ACTIVATIONS.get(self.activation)
+            if act is not None:
+                y = native.update_module(x, cache, self.weight, self.bias, act)
+                if y is not None:
+                    return y, (cache if output_final_state else None)
         where = "shortconv.ShortConvolution"
         check_tensor(where, "x", x, "[B, T, D]")
         if x.dim() < 2:
