@@ -1,6 +1,7 @@
-// The package's common calls in C++: the decode step of _fast.update_fast and the
-// forward / backward of _fast.plain_call (x, weight, bias and cu_seqlens only), compiled
-// against the installed torch by `python -m shortconv.native build` (shortconv/native.py).
+// The package's common calls in C++: the decode step of _fast.update_fast (and of the
+// wrappers that call it: vllm.py, dao.py, ShortConvolution's step) and the forward /
+// backward of _fast.plain_call (x, weight, bias and cu_seqlens only), compiled against the
+// installed torch by `python -m shortconv.build_native` (shortconv/native.py).
 //
 // Why: a call through ctypes reads each tensor's metadata through torch's Python bindings,
 // packs it with struct and crosses ctypes: ~115k instructions for a decode step, ten

@@ -2,8 +2,8 @@
 
 The package itself needs no compiler: it reaches libshortconv through ctypes, and one
 build serves every torch version.  The most frequent calls -- the decode step of
-``causal_conv1d_update`` and ``causal_conv1d`` of x, weight, bias and cu_seqlens, forward
-and backward -- spend most of their host time in Python reading tensor metadata and
+``causal_conv1d_update`` (also as the vllm / dao drop-ins and ShortConvolution call it) and
+``causal_conv1d`` of x, weight, bias and cu_seqlens, forward and backward -- spend most of their host time in Python reading tensor metadata and
 packing it (bench/RESULTS.md).  ``_native.cpp`` does the same in C++ and is built once per
 torch version:
 
