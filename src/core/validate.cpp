@@ -183,6 +183,34 @@ sc_status check_state_len(Call& k) {
   return SC_OK;
 }
 
+// (row, sequence) pairs of a content check, sorted to find repeats: in place
+// up to kInline pairs (a decode step's batch: the call allocates nothing), on
+// the heap past them.
+class RowPairs {
+ public:
+  using Pair = std::pair<int64_t, int64_t>;
+  void push(int64_t row, int64_t n) {
+    if (heap_.empty() && m_ < kInline) {
+      buf_[m_++] = {row, n};
+      return;
+    }
+    if (heap_.empty()) heap_.assign(buf_, buf_ + m_);
+    heap_.push_back({row, n});
+  }
+  Pair* begin() { return heap_.empty() ? buf_ : heap_.data(); }
+  Pair* end() { return begin() + size(); }
+  size_t size() const { return heap_.empty() ? m_ : heap_.size(); }
+  bool empty() const { return size() == 0; }
+  const Pair& front() { return *begin(); }
+  void sort() { std::sort(begin(), end()); }
+
+ private:
+  static constexpr size_t kInline = 64;
+  Pair buf_[kInline];
+  size_t m_ = 0;
+  std::vector<Pair> heap_;
+};
+
 // ---- state tensors and pool indices -------------------------------------------------
 // The rows a pool index tensor names (host memory only): in range, and for an
 // output pool no row named by two sequences (it would be written twice, an
@@ -211,11 +239,12 @@ bool check_pool_rows(Call& k, const char* idx_name, const sc_tensor& idx, const 
                    "tensor names one row for all %lld sequences); an output row may be "
                    "named by one sequence only (or -1)",
                    idx_name, (long long)load_index(iv, 0), (long long)N);
-  std::vector<std::pair<int64_t, int64_t>> rows;  // (row, n) for rows >= 0
+  RowPairs pairs;  // (row, n) for rows >= 0
   for (int64_t n = 0; n < distinct; ++n)
-    if (int64_t r = load_index(iv, n); writes(r)) rows.push_back({r, n});
-  std::sort(rows.begin(), rows.end());
-  for (size_t i = 1; i < rows.size(); ++i)
+    if (int64_t r = load_index(iv, n); writes(r)) pairs.push(r, n);
+  pairs.sort();
+  const RowPairs::Pair* rows = pairs.begin();
+  for (size_t i = 1; i < pairs.size(); ++i)
     if (rows[i].first == rows[i - 1].first)
       return k.c.bad(SC_ERR_INVALID_ARGUMENT,
                      "%s[%lld]: pool row %lld is also written by sequence %lld; an output "
@@ -384,9 +413,8 @@ struct Rows {
 
 // The rows sequence n writes with a block table: its final state and its
 // snapshots, appended to w as (row, n) (contents checked before).
-void table_writes(const Call& k, const Rows& r, int64_t n,
-                  std::vector<std::pair<int64_t, int64_t>>* w) {
-  if (const int64_t row = r.written(n); row >= 0) w->push_back({row, n});
+void table_writes(const Call& k, const Rows& r, int64_t n, RowPairs* w) {
+  if (const int64_t row = r.written(n); row >= 0) w->push(row, n);
   if (k.a.block_size <= 0) return;
   View fst, cmp;
   to_view(k.a.first_block, &fst);
@@ -395,7 +423,7 @@ void table_writes(const Call& k, const Rows& r, int64_t n,
   const int64_t nb = block_boundaries(load_index(cmp, n), r.len(n), k.a.block_size, &m0);
   for (int64_t j = 0; j < nb; ++j)
     if (const int64_t row = r.none(load_index(r.tbl, n, load_index(fst, n) + j)); row >= 0)
-      w->push_back({row, n});
+      w->push(row, n);
 }
 
 // In place: no row written for one sequence and read by another (its value
@@ -406,16 +434,16 @@ sc_status check_cross_reads(Call& k) {
   if (!k.table && (!present(a.final_state_indices) || a.final_state_indices.stride[0] == 0))
     return SC_OK;  // (no indices: each row its own; broadcast: one row for all, refused before)
   const Rows r(k);
-  std::vector<std::pair<int64_t, int64_t>> w;  // (row written, sequence)
+  RowPairs w;  // (row written, sequence)
   for (int64_t n = 0; n < k.N; ++n) {
     if (k.table) table_writes(k, r, n, &w);
-    else if (const int64_t row = r.written(n); row >= 0) w.push_back({row, n});
+    else if (const int64_t row = r.written(n); row >= 0) w.push(row, n);
   }
-  std::sort(w.begin(), w.end());
+  w.sort();
   for (int64_t m = 0; m < k.N; ++m) {
     const int64_t row = r.read(m);
     if (row < 0) continue;
-    auto it = std::lower_bound(w.begin(), w.end(), std::make_pair(row, int64_t(-1)));
+    const RowPairs::Pair* it = std::lower_bound(w.begin(), w.end(), std::make_pair(row, int64_t(-1)));
     if (it != w.end() && it->first == row && it->second != m)
       return fail(k.err, SC_ERR_INVALID_ARGUMENT,
                   "%s[%lld]: pool row %lld is read by sequence %lld and written for sequence "
@@ -597,7 +625,7 @@ sc_status check_table_contents(Call& k, bool snapshots) {
              (!k.packed || r.cu.stride[0] == 0) && (!r.flags || r.flags.stride[0] == 0);
   if (snapshots) one = one && fst.stride[0] == 0 && cmp.stride[0] == 0;
   const int64_t distinct = one ? std::min<int64_t>(k.N, 1) : k.N;
-  std::vector<std::pair<int64_t, int64_t>> w;
+  RowPairs w;
   for (int64_t n = 0; n < distinct; ++n) {
     sc_status st = SC_OK;
     if (present(a.initial_state)) st = entry(n, load_index(r.ib, n), a.initial_state, "initial_block");
@@ -627,13 +655,14 @@ sc_status check_table_contents(Call& k, bool snapshots) {
                 "block_table: pool row %lld is written for every one of %lld sequences (the "
                 "block-table arguments are broadcast); every row written may be named once",
                 (long long)w.front().first, (long long)k.N);
-  std::sort(w.begin(), w.end());
+  w.sort();
+  const RowPairs::Pair* p = w.begin();
   for (size_t i = 1; i < w.size(); ++i)
-    if (w[i].first == w[i - 1].first)
+    if (p[i].first == p[i - 1].first)
       return fail(k.err, SC_ERR_INVALID_ARGUMENT,
                   "block_table: pool row %lld is written twice (for sequences %lld and %lld: "
                   "final states and snapshots); every row written may be named once",
-                  (long long)w[i].first, (long long)w[i - 1].second, (long long)w[i].second);
+                  (long long)p[i].first, (long long)p[i - 1].second, (long long)p[i].second);
   return SC_OK;
 }
 

@@ -7,8 +7,9 @@
 //
 // Not covered, on purpose: the host backends' checks of index tensors in
 // host memory (pool rows written twice, rows read and written in place,
-// seq_idx runs) sort an O(N) scratch of (row, sequence) pairs; those calls
-// allocate on the host, in proportion to the number of sequences.
+// seq_idx runs) sort a scratch of (row, sequence) pairs, held in place up to
+// 64 pairs (checked below for decode steps) and on the heap past them; those
+// calls allocate on the host, in proportion to the number of sequences.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -144,6 +145,17 @@ TEST(NoAlloc, ValidationOfTrainingCalls) {
 
 TEST(NoAlloc, ValidationOfDecodeSteps) {
   expect_no_allocation(decode(false), SC_BACKEND_CPU, false);
+  // pool rows in host memory, in place: the rows written twice and the rows read
+  // after another sequence wrote them are found without heap scratch up to 64
+  // sequences (RowPairs, validate.cpp)
+  expect_no_allocation(decode(true), SC_BACKEND_CPU, false);
+  Case wide = decode(true);
+  wide.B = 64;
+  wide.pool = 80;
+  wide.h0_index.clear();
+  for (int64_t n = 0; n < wide.B; ++n) wide.h0_index.push_back(n % 9 == 4 ? -1 : (n * 37) % 80);
+  wide.ht_index = wide.h0_index;
+  expect_no_allocation(wide, SC_BACKEND_CPU, false);
   // pool rows through indices: checked without host scratch on a device
   // backend (its indices are device memory, never read on the host)
   if (sc_has_backend(SC_BACKEND_CUDA)) expect_no_allocation(decode(true), SC_BACKEND_CUDA, false);
