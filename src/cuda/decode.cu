@@ -1,4 +1,8 @@
-// CUDA decode kernel: one launch per decode step (Path::decode).
+// CUDA decode kernel: one launch per decode step (Path::decode).  This file:
+// tree drafts (any rows), linear steps on [P, D, S] rows (narrow; wide when the
+// row is not held in registers) and on scalar rows, the scalar instance.
+// Linear steps on vLLM rows and the wide ones on short [P, D, S] rows are
+// decode_linear.cu's (the same math, state rows held in registers).
 //
 // Math (docs/semantics.md §1 and §5), per sequence n of L_n tokens (a few) and
 // channel d.  The extended sequence has s entries before x_n: s = S for
@@ -40,6 +44,7 @@
 // captured graph replays with new values, and nothing depends on the pool size.
 #include "cuda/activation.cuh"
 #include "cuda/common.cuh"
+#include "cuda/decode.cuh"
 #include "cuda/dispatch.cuh"
 #include "cuda/traits.hpp"
 
@@ -144,21 +149,7 @@ struct DecodeSeq {
   __device__ P x_at(int64_t t) const { return ldp<T, CH>(xp + t * sx); }
 
   // y of token t from the accumulators, with the residual.
-  __device__ void out(int64_t t, A (&acc)[CH]) const {
-    if (!a.y.p) return;
-    const int64_t tok = q.s + t;
-    A o[CH];
-    P rv = P::zero();
-    if (a.residual.p)
-      rv = ldp<T, CH>(static_cast<const T*>(a.residual.p) + q.b * a.residual.s0 + tok * a.residual.s1 +
-                      d0 * a.residual.s2);
-#pragma unroll
-    for (int c = 0; c < CH; ++c) {
-      o[c] = act.value(acc[c]);
-      if (a.residual.p) o[c] += rv.get(c);
-    }
-    stp<T, CH>(static_cast<T*>(a.y.p) + q.b * a.y.s0 + tok * a.y.s1 + d0 * a.y.s2, P::make(o));
-  }
+  __device__ void out(int64_t t, A (&acc)[CH]) const { decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc); }
 
   // The linear step: the window slides over the tokens (fwd_tm's arithmetic).
   __device__ void linear(A (&sl)[H][CH]) const {
@@ -283,41 +274,6 @@ __device__ void write_row(const Args& a, Rows<T, CH, IO>& rows, const Seq& q, co
   }
 }
 
-// The taps and bias of the thread's CH channels.  A contiguous [D, W]
-// weight of x's dtype with W = WMAX holds them as CH * WMAX adjacent
-// elements, a whole number of 16-byte vectors (CH * WMAX * sizeof(T) =
-// 16 or 64 bytes): those loads, not CH * WMAX.
-template <class T, int WMAX, int CH, class A>
-__device__ __forceinline__ void decode_taps(const Args& a, int64_t d0, int kpad, A scale,
-                                            A (&wp)[WMAX][CH], A (&bs)[CH]) {
-  constexpr int kN = WMAX * CH;
-  constexpr int kBytes = kN * int(sizeof(T));
-  if constexpr (kBytes % 16 == 0) {
-    constexpr int kPer = 16 / int(sizeof(T));  // elements per vector
-    const T* w = static_cast<const T*>(a.weight.p) + d0 * WMAX;
-    if (kpad == 0 && a.weight.dt == DtypeCode<T>::value && a.weight.s1 == 1 && a.weight.s0 == WMAX &&
-        reinterpret_cast<uintptr_t>(w) % 16 == 0) {
-      Pack<T, kPer> v[kN / kPer];
-#pragma unroll
-      for (int i = 0; i < kN / kPer; ++i) v[i] = ldp<T, kPer>(w + i * kPer);
-      A bf[CH];
-      if (a.bias.p)
-        ld_many(a.bias, [&](int c) { return (d0 + c) * a.bias.s0; }, [](int) { return true; }, bf);
-#pragma unroll
-      for (int c = 0; c < CH; ++c) {
-#pragma unroll
-        for (int j = 0; j < WMAX; ++j) {
-          const int e = c * WMAX + j;
-          wp[j][c] = scale * A(v[e / kPer].get(e % kPer));
-        }
-        bs[c] = a.bias.p ? scale * bf[c] : A(0);
-      }
-      return;
-    }
-  }
-  load_taps<A, WMAX, CH>(a.weight, a.bias, d0, a.D, kpad, scale, wp, bs);
-}
-
 // Instances: IO is the plan's StateIo (or kIoAny), TREE whether parent_tokens
 // may be present (the linear instances hold no tree code: fewer registers,
 // fewer instructions on every step).
@@ -389,29 +345,29 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (decode_min_blocks<T, 
   write_row<T, CH, IO>(a, rows, q, xp, a.x.s1, s, base, in, out, E);
 }
 
-// The vector instances of type T with CH channels per thread: the linear
-// step per state-row mode (the wide instance: the two vector modes), the
-// tree with the mode read at run time.
+// The vector instances of type T with CH channels per thread that this file
+// holds: the narrow linear step on [P, D, S] and scalar rows, the tree (any
+// rows, the mode read at run time), the wide step on staged [P, D, S] rows.
+// Linear steps on vLLM rows, and wide ones on [P, D, S] rows held in
+// registers, are decode_linear.cu's (launch_decode).
 template <class T, int CH>
 cudaError_t launch_decode_vec(const Plan& pl, const Args& a, Launch* l) {
   constexpr int WM = DecodeTraits::kVecWmax;
-  constexpr int kCv = int(StateIo::channel_vec), kRv = int(StateIo::row_vec), kSc = int(StateIo::scalar);
+  constexpr int kRv = int(StateIo::row_vec), kSc = int(StateIo::scalar);
   constexpr bool kNarrow = CH * int(sizeof(T)) == DecodeTraits::kVecBytes;
   if constexpr (kNarrow) {
     if (a.parents.p) return l->main("fwd_decode(vector, tree)", fwd_decode<T, WM, CH, kIoAny, true>, pl, a);
     switch (pl.state_io) {
       case StateIo::channel_vec:
-        return l->main("fwd_decode(vector, channel rows)", fwd_decode<T, WM, CH, kCv, false>, pl, a);
+        break;  // (decode_linear.cu)
       case StateIo::row_vec:
         return l->main("fwd_decode(vector, rows)", fwd_decode<T, WM, CH, kRv, false>, pl, a);
       case StateIo::scalar:
         return l->main("fwd_decode(vector, scalar rows)", fwd_decode<T, WM, CH, kSc, false>, pl, a);
     }
-  } else {  // the wide instance: linear steps on vector rows (plan_decode's rule)
-    if (!a.parents.p && pl.state_io == StateIo::channel_vec)
-      return l->main("fwd_decode(wide, channel rows)", fwd_decode<T, WM, CH, kCv, false>, pl, a);
-    if (!a.parents.p && pl.state_io == StateIo::row_vec)
-      return l->main("fwd_decode(wide, rows)", fwd_decode<T, WM, CH, kRv, false>, pl, a);
+  } else {
+    if (!a.parents.p && pl.state_io == StateIo::row_vec && pl.row_regs == 0)
+      return l->main("fwd_decode(wide, staged rows)", fwd_decode<T, WM, CH, kRv, false>, pl, a);
   }
   return l->no_instance("decode (no instance for this state-row mode)");
 }
@@ -428,8 +384,11 @@ cudaError_t launch_decode(const Problem& p, const Plan& pl, const Args& a, Launc
     constexpr int kVecCh = DecodeTraits::kVecBytes / int(sizeof(T));
     constexpr int kWideCh = DecodeTraits::kWideBytes / int(sizeof(T));
     if constexpr (!std::is_same_v<T, double>) {
-      if (pl.wmax == DecodeTraits::kVecWmax && pl.ch == kVecCh) return launch_decode_vec<T, kVecCh>(pl, a, l);
-      if (pl.wmax == DecodeTraits::kVecWmax && pl.ch == kWideCh) return launch_decode_vec<T, kWideCh>(pl, a, l);
+      if (pl.wmax == DecodeTraits::kVecWmax && (pl.ch == kVecCh || pl.ch == kWideCh)) {
+        const bool in_registers = pl.state_io == StateIo::channel_vec || pl.row_regs > 0;
+        if (in_registers && !a.parents.p) return launch_decode_linear(p, pl, a, l);
+        return pl.ch == kVecCh ? launch_decode_vec<T, kVecCh>(pl, a, l) : launch_decode_vec<T, kWideCh>(pl, a, l);
+      }
     }
     if (pl.ch == 1 && pl.wmax == DecodeTraits::kScalarWmax)
       return l->main("fwd_decode(scalar)",

@@ -169,6 +169,9 @@ cudaError_t launch_fwd(const Problem& p, const Plan& pl, const Args& a, Launch* 
 cudaError_t launch_bwd(const Problem& p, const Plan& pl, const Args& a, Launch* l);
 // The one-launch decode step (decode.cu), for plans of Path::decode.
 cudaError_t launch_decode(const Problem& p, const Plan& pl, const Args& a, Launch* l);
+// Its linear steps with the state rows in registers (decode_linear.cu: vLLM
+// rows, short [P, D, S] rows of the wide instance), called by launch_decode.
+cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a, Launch* l);
 
 // The kernels' argument block for a problem and its plan (backend.cu).
 Args make_args(const Problem& p, const Plan& pl, void* workspace);

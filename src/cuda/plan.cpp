@@ -186,6 +186,17 @@ bool decode_wide_ok(const Problem& p, int sms) {
   return narrow_threads >= DecodeTraits::kWideMinThreadsPerSm * int64_t(sms);
 }
 
+// The taps as the weight's raw words (RawTaps, decode.cuh; the linear steps on
+// vLLM rows, and on [P, D, S] rows held in registers):
+// W = kVecWmax, weight [D, W] contiguous and bias [D] (or none) of x's dtype,
+// each 16-byte aligned (a thread's CH * W taps are then whole vectors).
+bool decode_raw_taps(const Problem& p) {
+  if (p.W != DecodeTraits::kVecWmax || p.param_dtype != p.act_dtype) return false;
+  const View& w = p.weight;
+  if (w.stride[1] != 1 || w.stride[0] != p.W || !aligned(w.data, 16)) return false;
+  return !p.bias || (p.bias.stride[0] == 1 && aligned(p.bias.data, 16));
+}
+
 // Decode: a block per (sequence, kThreads*CH channels), grid.x sequences,
 // grid.y channel groups; a thread walks its sequence's tokens in order.
 void plan_decode(const Problem& p, int sms, Plan* pl) {
@@ -194,10 +205,17 @@ void plan_decode(const Problem& p, int sms, Plan* pl) {
   pl->ch = vec ? bytes / dtype_size(p.act_dtype) : 1;
   pl->wmax = vec ? DecodeTraits::kVecWmax : DecodeTraits::kScalarWmax;
   pl->state_io = decode_state_io(p, pl->ch, vec);
+  pl->raw_taps = vec && pl->state_io == StateIo::channel_vec && decode_raw_taps(p);
+  const int W = DecodeTraits::kVecWmax;  // (decode_raw_taps: p.W == W)
+  if (bytes == DecodeTraits::kWideBytes && pl->state_io == StateIo::row_vec && !p.accepted &&
+      !p.parents && decode_raw_taps(p) && (p.S == W - 1 || p.S == W))
+    pl->row_regs = p.S;
   pl->block_x = DecodeTraits::kThreads;
   pl->grid_x = p.N;
   pl->grid_y = ceil_div(p.D, int64_t(DecodeTraits::kThreads) * pl->ch);
-  pl->smem = pl->state_io == StateIo::row_vec ? DecodeTraits::rowvec_smem(p.S, pl->ch * dtype_size(p.act_dtype)) : 0;
+  pl->smem = pl->state_io == StateIo::row_vec && pl->row_regs == 0
+                 ? DecodeTraits::rowvec_smem(p.S, pl->ch * dtype_size(p.act_dtype))
+                 : 0;
   pl->tile_t = std::max<int64_t>(p.T, 1);  // a "tile" is a whole sequence
   pl->tiles_per_row = 1;
   pl->ntiles = p.N;

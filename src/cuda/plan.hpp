@@ -55,6 +55,11 @@ struct Plan {
   int64_t tiles_per_row = 0, ntiles = 0;
   int64_t parts = 0;        // dweight/dbias partial rows in the workspace (backward)
   StateIo state_io = StateIo::scalar;  // decode: how state rows are read and written
+  bool raw_taps = false;    // decode on vLLM rows (decode_linear.cu): taps kept as the weight's
+                            // words (weight [D, kVecWmax] contiguous, bias [D] or none, of
+                            // x's dtype, 16-byte aligned)
+  int row_regs = 0;         // decode, wide instance on [P, D, S] rows: S (W-1 or W), the row's
+                            // entries held in registers (a linear step with raw taps); 0: staged
   Count part_bytes = 0, dpre_bytes = 0;
 };
 

@@ -176,6 +176,11 @@ struct DecodeTraits {
   // at 990 threads per SM (batch 64, D = 4096), 3.40 against 3.32 at 250
   // (batch 8, D = 8192), 3.29 against 3.02 at 31 (batch 1)).
   static constexpr int64_t kWideMinThreadsPerSm = 512;
+  // Register caps of the wide instance on vLLM rows with raw taps
+  // (decode_linear.cu), as blocks per SM: 8 = 64 registers for the 16-bit types,
+  // 7 = 72 for fp32 (no spills in ptxas -v; fp32 spilled 12 bytes at 64).
+  static constexpr int kMinBlocksWide16 = 8;
+  static constexpr int kMinBlocksWide32 = 7;
   // Scalar instance (any strides, fp64, W 5..16): one channel per thread.
   static constexpr int kScalarWmax = kMaxFastW;
   // "A decode step": at most kMaxTokens tokens per sequence (dense), at most

@@ -335,6 +335,49 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
       p.parents.present = true;
       EXPECT_EQ(plan_for(p, Path::decode, 132).ch, 2);
     }
+  // The wide instance on vLLM rows keeps the taps as the weight's words only for
+  // W = kVecWmax, a contiguous [D, W] weight and a [D] bias of x's dtype, 16-byte aligned
+  {
+    alignas(64) static char params[64];
+    auto with_params = [&](int W, sc_dtype param, int64_t w_offset, int64_t bias_stride, bool bias,
+                           bool vllm = true, int S = -1) {
+      Problem q = decode_step(256, 1, 8192, 1024, W, S < 0 ? W - 1 : S, SC_BF16, vllm);
+      q.param_dtype = param;
+      q.weight.present = true;
+      q.weight.data = params + w_offset;
+      q.weight.dtype = param;
+      q.weight.shape[0] = 8192;
+      q.weight.shape[1] = W;
+      q.weight.stride[0] = W;
+      q.weight.stride[1] = 1;
+      q.bias.present = bias;
+      q.bias.data = params;
+      q.bias.dtype = param;
+      q.bias.shape[0] = 8192;
+      q.bias.stride[0] = bias_stride;
+      return plan_for(q, Path::decode, 132);
+    };
+    EXPECT_TRUE(with_params(4, SC_BF16, 0, 1, true).raw_taps);
+    EXPECT_TRUE(with_params(4, SC_BF16, 0, 1, false).raw_taps);
+    EXPECT_EQ(with_params(4, SC_BF16, 0, 1, true).ch, DecodeTraits::kWideBytes / 2);
+    EXPECT_FALSE(with_params(3, SC_BF16, 0, 1, true).raw_taps);   // padded taps
+    EXPECT_FALSE(with_params(4, SC_F32, 0, 1, true).raw_taps);    // another dtype
+    EXPECT_FALSE(with_params(4, SC_BF16, 8, 1, true).raw_taps);   // not 16-byte aligned
+    EXPECT_FALSE(with_params(4, SC_BF16, 0, 2, true).raw_taps);   // a strided bias
+    EXPECT_EQ(with_params(3, SC_BF16, 0, 1, true).ch, DecodeTraits::kWideBytes / 2);  // still wide
+    EXPECT_EQ(with_params(4, SC_BF16, 0, 1, true).row_regs, 0);
+    // [P, D, S] rows: the wide instance holds the row in registers for S = W-1 or W
+    // with raw taps (no shared-memory stage), else stages it (decode.cu)
+    for (int S : {3, 4, 5}) {
+      const Plan q = with_params(4, SC_BF16, 0, 1, true, false, S);
+      EXPECT_EQ(q.ch, DecodeTraits::kWideBytes / 2);
+      EXPECT_EQ(q.row_regs, S <= 4 ? S : 0);
+      EXPECT_EQ(q.smem, S <= 4 ? 0 : DecodeTraits::rowvec_smem(S, DecodeTraits::kWideBytes));
+      EXPECT_FALSE(q.raw_taps);  // (raw_taps names the vLLM rows' instance)
+    }
+    EXPECT_EQ(with_params(4, SC_F32, 0, 1, true, false, 3).row_regs, 0);
+    EXPECT_EQ(with_params(3, SC_BF16, 0, 1, true, false, 2).row_regs, 0);
+  }
   ASSERT_LT(8 * 4096 / 2, DecodeTraits::kWideMinThreadsPerSm * 132);
   EXPECT_EQ(plan_for(decode_step(8, 1, 4096, 1024, 4, 3, SC_BF16, true), Path::decode, 132).ch, 2);
   EXPECT_EQ(plan_for(decode_step(256, 1, 8192, 1024, 4, 3, SC_F32, true), Path::decode, 132).ch, 4);

@@ -1,0 +1,118 @@
+// Pieces of the decode step shared by its kernels (decode.cu: trees, staged
+// and scalar rows; decode_linear.cu: linear steps with the rows in registers):
+// the taps' loads and the output store.
+#pragma once
+
+#include "cuda/common.cuh"
+
+namespace shortconv::cuda {
+
+// The taps and bias of the thread's CH channels.  A contiguous [D, W]
+// weight of x's dtype with W = WMAX holds them as CH * WMAX adjacent
+// elements, a whole number of 16-byte vectors (CH * WMAX * sizeof(T) =
+// 16 or 64 bytes): those loads, not CH * WMAX.
+template <class T, int WMAX, int CH, class A>
+__device__ __forceinline__ void decode_taps(const Args& a, int64_t d0, int kpad, A scale,
+                                            A (&wp)[WMAX][CH], A (&bs)[CH]) {
+  constexpr int kN = WMAX * CH;
+  constexpr int kBytes = kN * int(sizeof(T));
+  if constexpr (kBytes % 16 == 0) {
+    constexpr int kPer = 16 / int(sizeof(T));  // elements per vector
+    const T* w = static_cast<const T*>(a.weight.p) + d0 * WMAX;
+    if (kpad == 0 && a.weight.dt == DtypeCode<T>::value && a.weight.s1 == 1 && a.weight.s0 == WMAX &&
+        reinterpret_cast<uintptr_t>(w) % 16 == 0) {
+      Pack<T, kPer> v[kN / kPer];
+#pragma unroll
+      for (int i = 0; i < kN / kPer; ++i) v[i] = ldp<T, kPer>(w + i * kPer);
+      A bf[CH];
+      if (a.bias.p)
+        ld_many(a.bias, [&](int c) { return (d0 + c) * a.bias.s0; }, [](int) { return true; }, bf);
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+#pragma unroll
+        for (int j = 0; j < WMAX; ++j) {
+          const int e = c * WMAX + j;
+          wp[j][c] = scale * A(v[e / kPer].get(e % kPer));
+        }
+        bs[c] = a.bias.p ? scale * bf[c] : A(0);
+      }
+      return;
+    }
+  }
+  load_taps<A, WMAX, CH>(a.weight, a.bias, d0, a.D, kpad, scale, wp, bs);
+}
+
+// The taps as the weight's raw words (decode_linear.cu): a contiguous [D, WMAX]
+// weight and a [D] bias (or none) of x's dtype T, 16-byte aligned (the plan's
+// raw_taps), held as loaded and converted at each use: CH * WMAX / 2 registers
+// for a 16-bit T instead of CH * WMAX accumulators.  Exact: the scale is 1 in
+// every CUDA math (MathOf<T>::kTanhForm is false), so tap k of channel c is
+// weight[d0 + c, k] as the accumulator type, what decode_taps computes.
+template <class T, int WMAX, int CH>
+struct RawTaps {
+  using A = acc_t<T>;
+  static constexpr int kPer = 16 / int(sizeof(T));  // elements per 16-byte vector
+  static constexpr int kVecs = WMAX * CH / kPer;
+  static_assert(WMAX * CH % kPer == 0, "a whole number of 16-byte vectors of taps");
+  static_assert(!MathOf<T>::kTanhForm, "raw taps assume a scale of 1");
+  Pack<T, kPer> w[kVecs];
+  Pack<T, CH> b;
+
+  __device__ __forceinline__ void load(const Args& a, int64_t d0) {
+    const T* wp = static_cast<const T*>(a.weight.p) + d0 * WMAX;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) w[i] = ldp<T, kPer>(wp + i * kPer);
+    b = a.bias.p ? ldp<T, CH>(static_cast<const T*>(a.bias.p) + d0) : Pack<T, CH>::zero();
+  }
+  __device__ __forceinline__ A tap(int k, int c) const {
+    const int e = c * WMAX + k;
+    return w[e / kPer].get(e % kPer);
+  }
+  __device__ __forceinline__ A bias(int c) const { return b.get(c); }
+  // Called once per token: the words look new to the compiler, so the taps'
+  // conversions are not hoisted out of the token loop into CH * WMAX
+  // accumulator registers (what this struct avoids; an empty asm, no instruction).
+  __device__ __forceinline__ void per_token() {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i)
+#pragma unroll
+      for (int j = 0; j < Pack<T, kPer>::kWords; ++j) asm volatile("" : "+r"(w[i].w[j]));
+  }
+};
+
+// The same interface over decode_taps' accumulators (any weight and bias).
+template <class T, int WMAX, int CH>
+struct AccTaps {
+  using A = acc_t<T>;
+  A wp[WMAX][CH], bs[CH];
+
+  __device__ __forceinline__ void load(const Args& a, int64_t d0, int kpad, A scale) {
+    decode_taps<T, WMAX, CH>(a, d0, kpad, scale, wp, bs);
+  }
+  __device__ __forceinline__ A tap(int k, int c) const { return wp[k][c]; }
+  __device__ __forceinline__ A bias(int c) const { return bs[c]; }
+  __device__ __forceinline__ void per_token() {}
+};
+
+// y of packed token `tok` (x's view: row b, token tok) for channels d0..d0+CH
+// from the pre-activations acc, with the residual.
+template <class T, int CH, class Act>
+__device__ __forceinline__ void decode_store_y(const Args& a, const Act& act, int64_t b,
+                                               int64_t tok, int64_t d0, const acc_t<T> (&acc)[CH]) {
+  using A = acc_t<T>;
+  using P = Pack<T, CH>;
+  if (!a.y.p) return;
+  A o[CH];
+  P rv = P::zero();
+  if (a.residual.p)
+    rv = ldp<T, CH>(static_cast<const T*>(a.residual.p) + b * a.residual.s0 + tok * a.residual.s1 +
+                    d0 * a.residual.s2);
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    o[c] = act.value(acc[c]);
+    if (a.residual.p) o[c] += rv.get(c);
+  }
+  stp<T, CH>(static_cast<T*>(a.y.p) + b * a.y.s0 + tok * a.y.s1 + d0 * a.y.s2, P::make(o));
+}
+
+}  // namespace shortconv::cuda

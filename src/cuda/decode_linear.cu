@@ -1,0 +1,268 @@
+// CUDA decode kernels for linear steps (no tree) whose state rows are held in
+// registers: one launch per decode step (Path::decode), chosen by
+// launch_decode (decode.cu) for vLLM's channel-contiguous rows
+// (StateIo::channel_vec, fwd_decode_linear: narrow and wide, one token or
+// speculative) and for the wide instance on [P, D, S] rows of S = W-1 or W
+// (fwd_decode_linear_rows, with raw taps).
+//
+// Math: decode.cu's (docs/semantics.md §1 and §5).  Sequence n of L tokens
+// has s entries before x_n in its extended sequence u (s = S, or W-1 with
+// num_accepted: the row's entries from a_n - 1), and per channel
+//   pre[t] = bias + sum_{k<W} weight[k] * u[s - (W-1) + t + k],
+//   y[t] = act(pre[t]) + residual[t],   ht[j] = u[from + j] for j < E,
+// from = s + L - E (E = S; speculative: (W-2) + L entries from the row's start).
+//
+// Ownership and grid: decode.cu's.  A thread owns CH consecutive channels of
+// one sequence (kVecBytes of x per token, or kWideBytes in the wide instance);
+// a block kThreads threads along the channels; grid N x ceil(D / (kThreads *
+// CH)).  No workspace, no host synchronisation; row indices, flags and
+// accepted counts are read on the device and clamped (semantics §7).
+//
+// Why kernels of their own: decode.cu's generic instance holds the window and
+// the taps as accumulators (bf16, W = 4, CH = 8: 56 fp32 registers) and
+// re-reads the row's kept entries after the tokens (wide: 113-117 registers,
+// 4 blocks of 128 threads per SM; H200 at batch 256, D = 8192: 23% achieved
+// occupancy, no eligible warp in 52% of cycles).  Here the window is the raw
+// words of the row's entries, the taps the weight's raw words when the plan
+// allows (RawTaps: converted at each use, one integer operation per 16-bit
+// element), and every row entry is stored from a register: the kept entries
+// before the first token (all of the row's reads are done by then), each
+// token's x after its output.  The in-place update is then ordered by the
+// thread's own data dependences: entry j is stored after every entry it could
+// overwrite was loaded, and each element has one owner thread.  64 registers
+// (fp32: 72) in the wide instances, 8 (7) blocks per SM; H200, bf16, W = 4,
+// D = 8192, batch 256, one token: vLLM rows 16.9 -> 12.1 µs, [P, D, S] rows
+// 23.4 -> 12.3 µs; batch 1: 3.0 -> 2.7 µs (bench/RESULTS.md).
+#include "cuda/activation.cuh"
+#include "cuda/common.cuh"
+#include "cuda/decode.cuh"
+#include "cuda/dispatch.cuh"
+#include "cuda/traits.hpp"
+
+namespace shortconv::cuda {
+
+namespace {
+
+// Blocks per SM the instance is compiled for (its register cap).
+template <class T, int CH, bool RAW>
+constexpr int linear_min_blocks() {
+  if (CH * int(sizeof(T)) == DecodeTraits::kVecBytes)
+    return sizeof(T) == 2 ? DecodeTraits::kMinBlocksLinear16 : DecodeTraits::kMinBlocksPerSm;
+  if (!RAW) return DecodeTraits::kMinBlocksPerSm;
+  return sizeof(T) == 2 ? DecodeTraits::kMinBlocksWide16 : DecodeTraits::kMinBlocksWide32;
+}
+
+// RAW: the taps as RawTaps (the plan's raw_taps: W = kVecWmax), else AccTaps.
+template <class T, int CH, bool RAW>
+__global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, RAW>()))
+    fwd_decode_linear(const Args a) {
+  using A = acc_t<T>;
+  using P = Pack<T, CH>;
+  constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1;
+  const int64_t n = blockIdx.x;
+  const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
+  if (n >= a.N || d0 >= a.D) return;
+  const int W = a.W;
+  const int kpad = RAW ? 0 : WMAX - W;  // taps below kpad are padding, never multiplied
+  const Seq q = seq_of(a, n);
+  const int64_t in = h0_row_of(a, n), out = ht_row_of(a, n);
+  const bool spec = a.accepted.p != nullptr;
+  const int64_t s = spec ? W - 1 : a.S;
+  int64_t base = 0;  // the h0 entry of u[0]: a_n - 1, clamped so the window lies in the row
+  if (spec && in >= 0) {
+    const int64_t v = ld_index(a.accepted, n), hi = a.S - (W - 1) + 1;
+    base = (v < 1 ? 1 : v > hi ? hi : v) - 1;
+  }
+  // h0: row `in` at channel d0 (entry j at h0 + j * sh), ht: row `out`; x token t at xp + t * sx
+  const int64_t sh = a.h0.s2, so = a.ht.s2, sx = a.x.s1;
+  const T* h0 = in >= 0 ? static_cast<const T*>(a.h0.p) + in * a.h0.s0 + d0 : nullptr;
+  T* ht = out >= 0 ? static_cast<T*>(a.ht.p) + out * a.ht.s0 + d0 : nullptr;
+  const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * sx + d0 * a.x.s2;
+
+  // The window's loads, then the taps' (one round trip after the row index).
+  P win[H];  // win[i] = u[s - H + i] as raw words (zeros: padding, or no initial state)
+#pragma unroll
+  for (int i = 0; i < H; ++i) win[i] = h0 && i >= kpad ? ldp<T, CH>(h0 + (base + s - H + i) * sh) : P::zero();
+  // The row's entries u[from ..] that precede x, before the first token: those
+  // older than the window (rows longer than W-1) copied first, while only the
+  // window's registers are live (the taps' then fit the instance's cap).
+  int64_t E = a.S;
+  if (spec) E = q.L > 0 ? (W - 2 + q.L < a.S ? W - 2 + q.L : a.S) : 0;
+  const int64_t from = s + q.L - E, lo = s - (W - 1);  // lo: the window's oldest entry
+  if (ht)
+    for (int64_t p = from; p < lo; ++p)
+      stp<T, CH>(ht + (p - from) * so, h0 ? ldp<T, CH>(h0 + (base + p) * sh) : P::zero());
+  std::conditional_t<RAW, RawTaps<T, WMAX, CH>, AccTaps<T, WMAX, CH>> taps;
+  const RuntimeAct<MathOf<T>> act{a.act};
+  if constexpr (RAW) taps.load(a, d0);
+  else taps.load(a, d0, kpad, A(act.scale()));
+  if (ht) {  // (after the taps' loads: these stores wait for the window's)
+#pragma unroll
+    for (int i = 0; i < H; ++i)
+      if (i >= kpad && s - H + i >= from) stp<T, CH>(ht + (s - H + i - from) * so, win[i]);
+  }
+
+  for (int64_t t = 0; t < q.L; ++t) {
+    const P xv = ldp<T, CH>(xp + t * sx);
+    taps.per_token();
+    A acc[CH];
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      acc[c] = taps.bias(c);  // bias, then taps oldest -> newest: the order of every path
+#pragma unroll
+      for (int k = 0; k < H; ++k)
+        if (k >= kpad) acc[c] = fma(taps.tap(k, c), win[k].get(c), acc[c]);
+      acc[c] = fma(taps.tap(H, c), xv.get(c), acc[c]);
+    }
+#pragma unroll
+    for (int i = 0; i + 1 < H; ++i) win[i] = win[i + 1];
+    win[H - 1] = xv;
+    decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc);
+    if (ht && s + t >= from) stp<T, CH>(ht + (s + t - from) * so, xv);
+  }
+}
+
+// [P, D, S] rows (StateIo::row_vec) with S = S_ (W - 1 or W, W = kVecWmax): a
+// thread's block of the row, CH channels x S entries, is CH * S adjacent
+// elements, whole 16-byte vectors.  Loaded as raw words, moved into S packs
+// of CH channels (row[j] = entry j; one byte permute per 32-bit word of a
+// 16-bit type), slid along with the tokens like the window, and after the
+// last token row[] is the new row, ht[j] = u[L + j] (one-token and longer
+// linear steps alike), moved back and stored as vectors.  decode.cu's wide
+// instance stages the same block in shared memory instead, whose throughput
+// bounded it (H200 ncu, batch 256, D = 8192: 61% L1 / shared throughput).
+template <class T, int CH, int S_>
+struct RowBlock {
+  static constexpr int kElems = CH * S_;
+  static constexpr int kVecs = kElems * int(sizeof(T)) / 16;
+  static_assert(kElems * int(sizeof(T)) % 16 == 0, "a whole number of 16-byte vectors per block");
+  static constexpr int kPer = 16 / int(sizeof(T));
+  Pack<T, kPer> v[kVecs];
+
+  // Word k of pack `to` gathered from the block (to_packs) or the reverse.
+  // Element e of the block lies in v[e / kPer], element e % kPer.
+  __device__ __forceinline__ static unsigned word_of(const Pack<T, kPer>* src, int e0, int e1) {
+    // 16-bit: the 32-bit word holding elements e0 (low half) and e1 (high half)
+    const unsigned a = src[e0 / kPer].w[(e0 % kPer) / 2], b = src[e1 / kPer].w[(e1 % kPer) / 2];
+    const unsigned lo = (e0 % 2) ? 0x32u : 0x10u, hi = (e1 % 2) ? 0x7600u : 0x5400u;
+    return __byte_perm(a, b, lo | hi);
+  }
+  // row[j] = entry j of the block (channel c's entry j is element c * S_ + j)
+  __device__ __forceinline__ void to_packs(Pack<T, CH> (&row)[S_]) const {
+#pragma unroll
+    for (int j = 0; j < S_; ++j)
+#pragma unroll
+      for (int k = 0; k < Pack<T, CH>::kWords; ++k) {
+        if constexpr (sizeof(T) == 2) {
+          row[j].w[k] = word_of(v, (2 * k) * S_ + j, (2 * k + 1) * S_ + j);
+        } else {
+          const int e = k * S_ + j;
+          row[j].w[k] = v[e / kPer].w[e % kPer];
+        }
+      }
+  }
+  __device__ __forceinline__ void from_packs(const Pack<T, CH> (&row)[S_]) {
+    // as 16-bit elements: element e = c * S_ + j is channel c of row[j]
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i)
+#pragma unroll
+      for (int k = 0; k < Pack<T, kPer>::kWords; ++k) {
+        if constexpr (sizeof(T) == 2) {
+          const int e0 = i * kPer + 2 * k, e1 = e0 + 1;
+          const int c0 = e0 / S_, j0 = e0 % S_, c1 = e1 / S_, j1 = e1 % S_;
+          const unsigned a = row[j0].w[c0 / 2], b = row[j1].w[c1 / 2];
+          const unsigned lo = (c0 % 2) ? 0x32u : 0x10u, hi = (c1 % 2) ? 0x7600u : 0x5400u;
+          v[i].w[k] = __byte_perm(a, b, lo | hi);
+        } else {
+          const int e = i * kPer + k;
+          v[i].w[k] = row[e % S_].w[e / S_];
+        }
+      }
+  }
+};
+
+template <class T, int CH, int S_>
+__global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, true>()))
+    fwd_decode_linear_rows(const Args a) {
+  using A = acc_t<T>;
+  using P = Pack<T, CH>;
+  using B = RowBlock<T, CH, S_>;
+  constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1;
+  static_assert(S_ >= H, "the row holds the window");
+  const int64_t n = blockIdx.x;
+  const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
+  if (n >= a.N || d0 >= a.D) return;
+  const Seq q = seq_of(a, n);
+  const int64_t in = h0_row_of(a, n), out = ht_row_of(a, n);
+  // the thread's blocks: row `in` of h0 and row `out` of ht at channel d0 (CH * S adjacent)
+  using Vec = Pack<T, B::kPer>;
+  const Vec* h0 = in >= 0 ? reinterpret_cast<const Vec*>(static_cast<const T*>(a.h0.p) + in * a.h0.s0 + d0 * S_)
+                          : nullptr;
+  const int64_t sx = a.x.s1;
+  const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * sx + d0 * a.x.s2;
+  B blk;
+#pragma unroll
+  for (int i = 0; i < B::kVecs; ++i) blk.v[i] = h0 ? ldp<T, B::kPer>(reinterpret_cast<const T*>(h0 + i)) : Vec::zero();
+  RawTaps<T, WMAX, CH> taps;
+  taps.load(a, d0);
+  const RuntimeAct<MathOf<T>> act{a.act};
+  P row[S_];  // row[j] = u[L' + j] after L' tokens
+  blk.to_packs(row);
+  for (int64_t t = 0; t < q.L; ++t) {
+    const P xv = ldp<T, CH>(xp + t * sx);
+    taps.per_token();
+    A acc[CH];
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      acc[c] = taps.bias(c);  // bias, then taps oldest -> newest: the order of every path
+#pragma unroll
+      for (int k = 0; k < H; ++k) acc[c] = fma(taps.tap(k, c), row[S_ - H + k].get(c), acc[c]);
+      acc[c] = fma(taps.tap(H, c), xv.get(c), acc[c]);
+    }
+#pragma unroll
+    for (int j = 0; j + 1 < S_; ++j) row[j] = row[j + 1];
+    row[S_ - 1] = xv;
+    decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc);
+  }
+  if (out < 0) return;
+  blk.from_packs(row);
+  Vec* ht = reinterpret_cast<Vec*>(static_cast<T*>(a.ht.p) + out * a.ht.s0 + d0 * S_);
+#pragma unroll
+  for (int i = 0; i < B::kVecs; ++i) stp<T, B::kPer>(reinterpret_cast<T*>(ht + i), blk.v[i]);
+}
+
+}  // namespace
+
+// The linear step on vLLM rows for a plan of the decode path with pl.ch =
+// kWideBytes (or kVecBytes) / element size (launch_decode's choice).
+cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
+  return with_act_type(p.act_dtype, [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, double>) {
+      return l->no_instance("decode, wide (fp64)");
+    } else {
+      constexpr int kWide = DecodeTraits::kWideBytes / int(sizeof(T));
+      constexpr int kNarrow = DecodeTraits::kVecBytes / int(sizeof(T));
+      if (pl.ch == kWide && pl.row_regs > 0) {
+        if (pl.row_regs == DecodeTraits::kVecWmax - 1)
+          return l->main("fwd_decode_linear_rows(S = W-1)", fwd_decode_linear_rows<T, kWide, DecodeTraits::kVecWmax - 1>, pl, a);
+        if (pl.row_regs == DecodeTraits::kVecWmax)
+          return l->main("fwd_decode_linear_rows(S = W)", fwd_decode_linear_rows<T, kWide, DecodeTraits::kVecWmax>, pl, a);
+        return l->no_instance("decode, rows in registers");
+      }
+      if (pl.ch == kWide) {
+        if (pl.raw_taps)
+          return l->main("fwd_decode_linear(channel rows, raw taps)", fwd_decode_linear<T, kWide, true>, pl, a);
+        return l->main("fwd_decode_linear(channel rows)", fwd_decode_linear<T, kWide, false>, pl, a);
+      }
+      if (pl.ch == kNarrow) {
+        if (pl.raw_taps)
+          return l->main("fwd_decode_linear(narrow, channel rows, raw taps)", fwd_decode_linear<T, kNarrow, true>, pl, a);
+        return l->main("fwd_decode_linear(narrow, channel rows)", fwd_decode_linear<T, kNarrow, false>, pl, a);
+      }
+      return l->no_instance("decode on channel rows");
+    }
+  });
+}
+
+}  // namespace shortconv::cuda
