@@ -107,18 +107,25 @@ class ShortConvolution(nn.Conv1d):
         # The decode step without autograd (one token per sequence, a cache) in the native
         # module's one pass: step()'s call, its weight view done on the description
         # (tests/python/test_fast.py compares both).
+        # The parameters are read from _parameters (nn.Module.__getattr__ costs a Python
+        # call per access); a weight that is not a plain registered parameter (a
+        # parametrization, a weight-norm hook's attribute) takes the general path.
         native = _fast._native
+        params = self._parameters
+        weight = params.get("weight")
+        bias = params.get("bias") if "bias" in params else False
         if (native is not None and type(x) is torch.Tensor and type(cache) is torch.Tensor
+                and weight is not None and bias is not False
                 and residual is None and mask is None
                 and cu_seqlens is None and chunk_indices is None and not kwargs
                 and (output_final_state is True or output_final_state is False)
                 and not _ops.use_custom_op()
                 and (not torch.is_grad_enabled() or not (
-                    x.requires_grad or cache.requires_grad or self.weight.requires_grad
-                    or (self.bias is not None and self.bias.requires_grad)))):
+                    x.requires_grad or cache.requires_grad or weight.requires_grad
+                    or (bias is not None and bias.requires_grad)))):
             act = _fast._ACTIVATIONS.get(self.activation)
             if act is not None:
-                y = native.update_module(x, cache, self.weight, self.bias, act)
+                y = native.update_module(x, cache, weight, bias, act)
                 if y is not None:
                     return y, (cache if output_final_state else None)
         where = "shortconv.ShortConvolution"

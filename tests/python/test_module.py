@@ -63,6 +63,33 @@ def test_prefill_then_decode_steps():
     assert_close(torch.cat(ys, 1), y_full)
 
 
+def test_decode_step_with_a_parametrized_weight():
+    """A weight that is not a plain registered parameter (a parametrization) is read
+    through the module's attribute on the decode step too: the step equals that of a
+    module holding the transformed weight."""
+    import torch.nn.utils.parametrize as parametrize
+
+    class Doubled(nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    torch.manual_seed(52)
+    D, W, B = 4, 4, 3
+    m = shortconv.ShortConvolution(D, W, bias=True, activation="silu", dtype=torch.float64)
+    plain = shortconv.ShortConvolution(D, W, bias=True, activation="silu", dtype=torch.float64)
+    with torch.no_grad():
+        plain.weight.copy_(2 * m.weight)
+        plain.bias.copy_(m.bias)
+    parametrize.register_parametrization(m, "weight", Doubled())
+    x = torch.randn(B, 1, D, dtype=torch.float64)
+    cache = torch.randn(B, D, W, dtype=torch.float64)
+    cache_plain = cache.clone()
+    with torch.no_grad():
+        y, c = m(x, cache=cache, output_final_state=True)
+        yp, cp = plain(x, cache=cache_plain, output_final_state=True)
+    assert torch.equal(y, yp) and torch.equal(c, cp)
+
+
 def test_decode_without_cache_and_packed():
     torch.manual_seed(52)
     D, W = 3, 3
