@@ -5,7 +5,9 @@ channel-major rows): forward and forward+backward through shortconv.causal_conv1
 CLI's figures for the same case (its own run, where the CLI is found), and plain PyTorch
 (depthwise F.conv1d with W-1 left padding, SiLU; states by concatenating h0 ++ x; packed
 batches one F.conv1d per sequence), in µs per call and as the fraction of the
-copy-bandwidth floor.  Then a torch.compile'd row for the small shape and the package's
+copy-bandwidth floor; beside them F.silu(x), an elementwise op that moves the forward's
+bytes (read x, write y): what a plain elementwise kernel of this torch reaches on the
+shape, the practical ceiling of a forward.  Then a torch.compile'd row for the small shape and the package's
 host overhead.
 
 - per call = wall time of n back-to-back calls / n, synchronised at both ends,
@@ -225,6 +227,7 @@ def bench_case(s, dtype_name, device, budget_s, with_torch):
     if with_torch:
         out["torch_fwd_us"] = measure(_fwd(plain_torch), nograd, device, budget_s)
         out["torch_fwdbwd_us"] = measure(lambda p: plain_torch(p, True), grad, device, budget_s)
+        out["silu_us"] = measure(_fwd(lambda p, _: F.silu(p["x"])), nograd, device, budget_s)
     return out
 
 
@@ -411,10 +414,11 @@ def print_row(r, bw):
         return
     fb, bb = r["floor_fwd_us"], r["floor_fwdbwd_us"]
     c = r.get("cli")
-    print("%-36s %-5s %2d %-7s | %s %s | %s %s | %s %s" % (
+    print("%-36s %-5s %2d %-7s | %s %s | %s %s | %s %s | %s" % (
         r["shape"], r["dtype"], r["W"], r["layout"], _cell(r.get("fwd_us"), fb),
         _cell(r.get("fwdbwd_us"), bb), _cli_cell(c, "fwd"), _cli_cell(c, "fwdbwd"),
-        _cell(r.get("torch_fwd_us"), fb), _cell(r.get("torch_fwdbwd_us"), bb)))
+        _cell(r.get("torch_fwd_us"), fb), _cell(r.get("torch_fwdbwd_us"), bb),
+        _cell(r.get("silu_us"), fb)))
     sys.stdout.flush()
 
 
@@ -446,7 +450,8 @@ def main(argv=None):
     ap.add_argument("--width", type=int, default=4, help="W (default 4)")
     ap.add_argument("--layout", choices=["token", "channel"], default="token")
     ap.add_argument("--budget", type=float, default=None, help="seconds per measurement")
-    ap.add_argument("--no-torch", action="store_true", help="skip the F.conv1d reference")
+    ap.add_argument("--no-torch", action="store_true",
+                    help="skip the F.conv1d reference and the F.silu ceiling")
     ap.add_argument("--no-cli", action="store_true", help="skip the CLI's figures")
     ap.add_argument("--cli-json", help="the CLI's figures from this `shortconv bench --json` "
                     "output (matched by shape name, dtype, W, layout) instead of running it")
@@ -512,9 +517,10 @@ def main(argv=None):
         print("per call = back-to-back calls / n; floor = bytes / copy bandwidth (fwd 2 x-sized "
               "tensors, fwd+bwd 5); frac = floor / time; CLI: %s\n"
               % (cli or a.cli_json or "not run"))
-        print("%-36s %-5s %2s %-7s | %10s %5s %10s %5s | %10s %5s %10s %5s | %10s %5s %10s %5s"
+        print("%-36s %-5s %2s %-7s | %10s %5s %10s %5s | %10s %5s %10s %5s | %10s %5s %10s %5s | %10s %5s"
               % ("shape", "dtype", "W", "layout", "fwd us", "frac", "f+b us", "frac",
-                 "CLI fwd", "frac", "CLI f+b", "frac", "torch fwd", "frac", "torch f+b", "frac"))
+                 "CLI fwd", "frac", "CLI f+b", "frac", "torch fwd", "frac", "torch f+b", "frac",
+                 "F.silu", "frac"))
 
     def finish(r):
         if "error" not in r and "skipped" not in r:

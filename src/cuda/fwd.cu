@@ -253,30 +253,34 @@ struct TmFwd {
   }
 };
 
+// The full-window SiLU instance (FULL: 16-bit vectors, W == WMAX) is a kernel
+// of its own, chosen on the host (fwd_full_instance): in one kernel with the
+// generic instance ptxas allocated registers for both loops (128, 2 blocks per
+// SM); alone it fits TmTraits::kFwdFullMinBlocksPerSm blocks.
 template <class T, int WMAX, int CH>
-__global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm) fwd_tm(const Args a) {
+constexpr bool kFwdHasFull = CH > 1 && sizeof(T) == 2;
+template <class T, int WMAX, int CH>
+bool fwd_full_instance(const Args& a) {
+  return kFwdHasFull<T, WMAX, CH> && a.W == WMAX && a.act == SC_ACT_SILU;
+}
+
+template <class T, int WMAX, int CH, bool FULL>
+__global__ void __launch_bounds__(TmTraits::kThreads,
+                                  TmTraits::fwd_min_blocks(FULL, WMAX))
+    fwd_tm(const Args a) {
   using A = acc_t<T>;
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (tile >= a.ntiles || d0 >= a.D) return;
   TmFwd<T, WMAX, CH> k;
-  k.kpad = WMAX - a.W;
+  k.kpad = FULL ? 0 : WMAX - a.W;
   k.act.id = a.act;
   const A scale = A(k.act.scale());  // exact: 1, or 0.5 for a tanh form (core/activation.hpp)
   load_taps<A, WMAX, CH>(a.weight, a.bias, d0, a.D, k.kpad, scale, k.wp, k.bs);
   int64_t b, tb, te;
   tile_range(a, tile, &b, &tb, &te);
-  // The full-window SiLU instance only for the vector kernels (nvcc time).
-  if constexpr (CH > 1 && TmFwd<T, WMAX, CH>::k16Bit) {  // (fp32: spilled)
-    if (a.W == WMAX && a.act == SC_ACT_SILU) {
-      for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
-        k.template segment<true>(a, q, n, d0, t, e);
-      });
-      return;
-    }
-  }
   for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
-    k.template segment<false>(a, q, n, d0, t, e);
+    k.template segment<FULL>(a, q, n, d0, t, e);
   });
 }
 
@@ -469,9 +473,14 @@ __global__ void __launch_bounds__(IdStateTraits::kThreads, IdStateTraits::kMinBl
 
 // The forward's kernels, for launch_path (dispatch.cuh).
 struct FwdKernels {
+  static constexpr bool kBwd = false;
   template <class T, int WMAX, int CH>
   static cudaError_t tm(const Plan& pl, const Args& a, Launch* l) {
-    return l->main(CH > 1 ? "fwd_tm(vector)" : "fwd_tm(scalar)", fwd_tm<T, WMAX, CH>, pl, a);
+    if constexpr (kFwdHasFull<T, WMAX, CH>) {
+      if (fwd_full_instance<T, WMAX, CH>(a))
+        return l->main("fwd_tm(vector, full window)", fwd_tm<T, WMAX, CH, true>, pl, a);
+    }
+    return l->main(CH > 1 ? "fwd_tm(vector)" : "fwd_tm(scalar)", fwd_tm<T, WMAX, CH, false>, pl, a);
   }
   template <class T, int WMAX>
   static cudaError_t cm(const Plan& pl, const Args& a, Launch* l) {

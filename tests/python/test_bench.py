@@ -23,7 +23,7 @@ def test_bench_smoke(no_copy_bandwidth, capsys):
     out = json.loads(capsys.readouterr().out)
     (r,) = out["results"]
     assert r["shape"] == "packed 1x64x32 +states" and r["x_bytes"] == 64 * 32 * 4
-    for key in ("fwd_us", "fwdbwd_us", "torch_fwd_us", "torch_fwdbwd_us"):
+    for key in ("fwd_us", "fwdbwd_us", "torch_fwd_us", "torch_fwdbwd_us", "silu_us"):
         assert r[key] > 0
     assert abs(r["floor_fwd_us"] - 2 * 64 * 32 * 4 / 1e4) < 1e-9  # 2 x-sized tensors at 10 GB/s
     assert "cli" not in r and out["host_overhead"] is None  # a --shape run: the table only
