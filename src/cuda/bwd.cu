@@ -687,7 +687,6 @@ __global__ void __launch_bounds__(SmallTraits::kThreads, SmallTraits::kMinBlocks
 
 // The backward's main kernels (dy present), for launch_path (dispatch.cuh).
 struct BwdKernels {
-  static constexpr bool kBwd = true;
   template <class T, int WMAX, int CH>
   static cudaError_t tm(const Plan& pl, const Args& a, Launch* l) {
     if constexpr (kHasFull<T, WMAX, CH>) {

@@ -135,7 +135,7 @@ cudaError_t launch_path(const Plan& pl, const Args& a, Launch* l) {
   switch (pl.path) {
     case Path::token_major_vec: {
       auto vec = [&](auto wm) {
-        constexpr int W = decltype(wm)::value, CH = tm_vec_channels(sizeof(T), W, K::kBwd);
+        constexpr int W = decltype(wm)::value, CH = tm_vec_channels(sizeof(T), W);
         if constexpr (CH > 1 && !f64) e = K::template tm<T, W, CH>(pl, a, l);
         else e = l->no_instance("token-major vector (fp64 or one channel)");
       };

@@ -254,9 +254,13 @@ struct TmFwd {
 };
 
 // The full-window SiLU instance (FULL: 16-bit vectors, W == WMAX) is a kernel
-// of its own, chosen on the host (fwd_full_instance): in one kernel with the
-// generic instance ptxas allocated registers for both loops (128, 2 blocks per
-// SM); alone it fits TmTraits::kFwdFullMinBlocksPerSm blocks.
+// of its own, chosen on the host (fwd_full_instance), as the backward's: in
+// one kernel with the generic instance its code was twice as long (both loops,
+// one register allocation); split, the dense bf16 forward+backward ran 393.3 ->
+// 385.0 us and the small shape's 35.2 -> 30.2 (H200, same run).  It keeps the
+// generic cap (2 blocks per SM): at 3 (80 registers) ptxas spilled 288-352 bytes
+// per thread of its loop, and with half the tokens in flight (kUnrollFull16 =
+// 4) it ran 5% slower.
 template <class T, int WMAX, int CH>
 constexpr bool kFwdHasFull = CH > 1 && sizeof(T) == 2;
 template <class T, int WMAX, int CH>
@@ -265,9 +269,7 @@ bool fwd_full_instance(const Args& a) {
 }
 
 template <class T, int WMAX, int CH, bool FULL>
-__global__ void __launch_bounds__(TmTraits::kThreads,
-                                  TmTraits::fwd_min_blocks(FULL, WMAX))
-    fwd_tm(const Args a) {
+__global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm) fwd_tm(const Args a) {
   using A = acc_t<T>;
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
@@ -473,7 +475,6 @@ __global__ void __launch_bounds__(IdStateTraits::kThreads, IdStateTraits::kMinBl
 
 // The forward's kernels, for launch_path (dispatch.cuh).
 struct FwdKernels {
-  static constexpr bool kBwd = false;
   template <class T, int WMAX, int CH>
   static cudaError_t tm(const Plan& pl, const Args& a, Launch* l) {
     if constexpr (kFwdHasFull<T, WMAX, CH>) {

@@ -37,7 +37,7 @@ bool all_act(const Problem& p, F ok) {
 int vec_channels(const Problem& p) {
   if (p.act_dtype == SC_F64) return 1;  // fp64 is correct, not fast: the scalar path
   const int wmax = tm_vec_wmax(dtype_size(p.act_dtype)).for_width(p.W);
-  return wmax ? tm_vec_channels(dtype_size(p.act_dtype), wmax, p.dir == Dir::bwd) : 1;
+  return wmax ? tm_vec_channels(dtype_size(p.act_dtype), wmax) : 1;
 }
 
 bool tm_vec_ok(const Problem& p) {

@@ -56,14 +56,11 @@ static_assert(kNarrowWmax.for_width(kMaxFastW) == kMaxFastW, "the scalar path re
 // (16 / WMAX weight registers per channel group: no spills at 2 blocks/SM).
 // Windows below 4 keep W = 4's channels (the same thread shape, one channel
 // count per dtype up to W = 4).
-#ifndef SC_FWD_CH_BUDGET
-#define SC_FWD_CH_BUDGET 16
-#endif
-SC_TRAIT int tm_vec_channels(int elem_bytes, int wmax, bool bwd) {
+SC_TRAIT int tm_vec_channels(int elem_bytes, int wmax) {
   const int vec = 16 / elem_bytes;
-  const int budget = (bwd || elem_bytes != 2 ? 16 : SC_FWD_CH_BUDGET) / (wmax < 4 ? 4 : wmax);
+  const int budget = 16 / (wmax < 4 ? 4 : wmax);
   const int c = vec < budget ? vec : budget;
-  return c < 2 ? (bwd || elem_bytes != 2 ? (c < 1 ? 1 : c) : 2) : c;
+  return c < 1 ? 1 : c;
 }
 
 // fwd_tm / bwd_tm: a thread owns CH channels x one time tile; a block is
@@ -73,33 +70,17 @@ struct TmTraits {
   // Register cap: 2 blocks (512 threads) per SM; the planner sizes waves with it.
   static constexpr int kMinBlocksPerSm = 2;
   static constexpr int kResidentThreads = kThreads * kMinBlocksPerSm;
-  // The 16-bit full-window forward (fwd_tm<..., FULL>, its own kernel): capped
-  // at this many blocks per SM.
-#ifndef SC_FWD_FULL_MIN_BLOCKS
-#define SC_FWD_FULL_MIN_BLOCKS 2
-#endif
-  static constexpr int kFwdFullMinBlocksPerSm = SC_FWD_FULL_MIN_BLOCKS;
-  static SC_TRAIT int fwd_min_blocks(bool full, int wmax) {
-    return full && wmax <= 4 ? kFwdFullMinBlocksPerSm : kMinBlocksPerSm;
-  }
   static constexpr int kMaxCx = 32;                 // threads along channels (one warp)
   static constexpr int kUnroll = 4;                 // tokens whose loads are issued together
-  #ifndef SC_UNROLL_FULL16
-#define SC_UNROLL_FULL16 8
-#endif
-  static constexpr int kUnrollFull16 = SC_UNROLL_FULL16;           // the same, 16-bit full-window forward
+  static constexpr int kUnrollFull16 = 8;           // the same, 16-bit full-window forward
   static constexpr int64_t kMinTileT = 8;           // shortest automatic tile (halo W-1 re-read per tile)
   static constexpr int64_t kMaxTileT = 256;         // longest automatic forward tile (enough work per thread)
   // Longest automatic backward tile: each tile pays 2(W-1) generic warm-up and
   // look-ahead steps and a block reduction, so the backward takes longer tiles
   // (H200: f+b -1% to -4% on the dense, long and packed shapes against 256).
   static constexpr int64_t kMaxTileTBwd = 512;
-  #ifndef SC_MIN_WAVES
-#define SC_MIN_WAVES 3
-#endif
-  static constexpr int64_t kMinWaves = SC_MIN_WAVES;           // forward beyond one wave of kMaxTileT tiles: >= this many waves
-  static constexpr int64_t kBwdFullMinTileT = 16;
-  // shortest tile taking the full-window backward instance
+  static constexpr int64_t kMinWaves = 3;           // forward beyond one wave of kMaxTileT tiles: >= this many waves
+  static constexpr int64_t kBwdFullMinTileT = 16;   // shortest tile taking the full-window backward instance
   // Shared memory of bwd_tm: the block's dweight/dbias partials, one row of
   // ch * (WMAX + 1) accumulators per thread.
   static SC_TRAIT size_t bwd_smem(int cx, int ty, int ch, int wmax, int acc_bytes) {
