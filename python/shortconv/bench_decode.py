@@ -11,7 +11,9 @@ Reported per case, all measured in the same run:
 - eager: back-to-back eager calls / n (a host-bound call shows its host path);
 - torch_op: the same for one native elementwise op on the step's x (``torch.mul(x, x)``),
   the yardstick of the eager host path (ratio = eager / torch_op);
-- GPU (CUDA only): GPU time per step from a CUDA graph of 100 steps (median replay / 100),
+- GPU (CUDA only): GPU time per step from a CUDA graph of 100 steps (median replay / 100)
+  rotating over up to 4 copies of the pool and x (256 MB in all, as the CLI: one step
+  replayed on the same rows would run from L2),
   the floor (bytes of x, y and the state entries read and written over the copy bandwidth
   of this run) and the fraction of it, and an "empty" kernel's GPU time from a graph of 100
   launches of the smallest kernel torch launches (a one-element ``add_``), with the ratio.
@@ -34,6 +36,7 @@ import torch
 import shortconv
 
 W, POOL, PAD_EVERY, GRAPH_CALLS = 4, 1024, 8, 100
+GRAPH_COPIES, ROTATE_BYTES = 4, 256 << 20  # buffer copies rotated in the graph, as the CLI
 
 
 def default_cases():
@@ -85,17 +88,19 @@ def per_call_us(fn, device, budget):
 
 
 def graph_us(fn, reps=20):
-    """GPU time per call: GRAPH_CALLS calls captured into one CUDA graph, median replay."""
+    """GPU time per call: GRAPH_CALLS calls captured into one CUDA graph, median replay.
+    fn: one callable, or a list of them called in turn (steps on rotating buffer copies)."""
+    fns = fn if isinstance(fn, (list, tuple)) else [fn]
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
+        for f in fns * 3:
+            f()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for _ in range(GRAPH_CALLS):
-            fn()
+        for i in range(GRAPH_CALLS):
+            fns[i % len(fns)]()
     g.replay()
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     t = []
@@ -187,7 +192,18 @@ def run(device, budget, copy_GBps, dtype=torch.bfloat16, cases=None, out=print):
                  torch_op_us=per_call_us(lambda: torch.mul(x, x), device, budget))
         r["eager_per_torch_op"] = r["eager_us"] / r["torch_op_us"]
         if device == "cuda":
-            r["gpu_us"] = graph_us(step)
+            # Steps on rotating copies of the pool and x: replaying one step on the same
+            # rows would time an L2-resident working set (an engine runs the other layers
+            # between two steps of one layer); as the CLI's decode bench.
+            pool_bytes = pool.numel() * pool.element_size()
+            ncopy = max(1, min(GRAPH_COPIES, -(-ROTATE_BYTES // pool_bytes)))
+            steps = [step]
+            for i in range(1, ncopy):
+                xi, pi, kwi, _ = make_step(layout, D, T, batch, dtype, device, seed=i)
+                steps.append((lambda a, b, k: lambda: shortconv.causal_conv1d_update(a, b, **k))(
+                    xi, pi, kwi))
+            r["graph_copies"] = ncopy
+            r["gpu_us"] = graph_us(steps)
             r["floor_us"] = nbytes / (copy_GBps * 1e3)
             r["frac"] = r["floor_us"] / r["gpu_us"]
             r["per_empty"] = r["gpu_us"] / empty["empty_us"]
