@@ -12,9 +12,9 @@
 #
 # GPU_CONFORM_SECONDS / GPU_PYTEST_SECONDS bound the two Python stages.
 # Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_BENCH=1 /
-# GPU_SKIP_PY=1 / GPU_SKIP_CONFORM=1 / GPU_SKIP_PYBENCH=1 / GPU_SKIP_CTYPES=1 / GPU_SKIP_CPU=1
+# GPU_SKIP_PY=1 / GPU_SKIP_CONFORM=1 / GPU_SKIP_PYBENCH=1 / GPU_SKIP_PYDECODE=1 / GPU_SKIP_CTYPES=1 / GPU_SKIP_CPU=1
 # skip a stage;
-# GPU_SAN_FILTER replaces the sanitizer stage's gtest filter; GPU_PYTEST_PATHS the Python
+# GPU_SAN_FILTER replaces the memcheck stage's gtest filter, GPU_RACE_FILTER the racecheck one's; GPU_PYTEST_PATHS the Python
 # suite's paths (default tests/python) and GPU_PYTEST_ARGS adds pytest options;
 # GPU_BENCH_ARGS adds options to the bench (e.g. "--shape 8x4096x4096");
 # GPU_BASELINE=<source tree> also builds that tree (an older commit, e.g. from
@@ -82,7 +82,7 @@ if [ "${GPU_SKIP_TESTS:-0}" != 1 ]; then
 fi
 if [ "${GPU_SKIP_SAN:-0}" != 1 ]; then
   stage memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" --gtest_filter="$SAN_FILTER"
-  stage racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$TESTS" --gtest_filter='Cuda.PackedVector:Cuda.ChannelMajor*:Cuda.InPlaceDecode'
+  stage racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$TESTS" --gtest_filter="${GPU_RACE_FILTER:-Cuda.PackedVector:Cuda.ChannelMajor*:Cuda.InPlaceDecode}"
 fi
 if [ "${GPU_SKIP_CHECK:-0}" != 1 ]; then
   stage check "$CLI" check --backend cuda
@@ -121,7 +121,7 @@ if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
     $([ -s "$LOG/bench.json" ] && echo --cli-json "$LOG/bench.json")
   # the decode section through the PyTorch API: eager vs one torch op, graph replays, the
   # host path of one step per entry point against torch.mul
-  stage pydecode env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
+  [ "${GPU_SKIP_PYDECODE:-0}" = 1 ] || stage pydecode env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     "$PY" -m shortconv.bench --device cuda --decode --budget ${GPU_PYBENCH_BUDGET:-0.3}
   # the same host paths through ctypes alone (the package without its native module)
   if [ "${GPU_SKIP_CTYPES:-0}" != 1 ]; then

@@ -305,6 +305,44 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
 }
+// One pack (4, 8 or 16 bytes, aligned to its size) copied global -> shared
+// by cp.async into the caller's commit group (.cg, L2 only, takes 16 bytes
+// alone; the narrower copies go .ca).  Before sm_80: a synchronous copy.
+template <class T, int CH>
+__device__ __forceinline__ void cp_async_pack(Pack<T, CH>* dst, const T* src) {
+  constexpr int kBytes = Pack<T, CH>::kBytes;
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async moves 4, 8 or 16 bytes");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if constexpr (kBytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(s), "l"(src), "n"(kBytes) : "memory");
+#else
+  *dst = ldp<T, CH>(src);
+#endif
+}
+// A pack read back from shared memory (one vector access).
+template <class T, int CH>
+__device__ __forceinline__ Pack<T, CH> lds_pack(const Pack<T, CH>* p) {
+  constexpr int kBytes = Pack<T, CH>::kBytes;
+  Pack<T, CH> v;
+  if constexpr (kBytes == 4) {
+    v.w[0] = *reinterpret_cast<const unsigned*>(p);
+  } else if constexpr (kBytes == 8) {
+    const uint2 r = *reinterpret_cast<const uint2*>(p);
+    v.w[0] = r.x;
+    v.w[1] = r.y;
+  } else {
+    static_assert(kBytes == 16, "a staged pack is 4, 8 or 16 bytes");
+    const uint4 r = *reinterpret_cast<const uint4*>(p);
+    v.w[0] = r.x;
+    v.w[1] = r.y;
+    v.w[2] = r.z;
+    v.w[3] = r.w;
+  }
+  return v;
+}
 // A 16-byte pack from its staged words (the thread's own, after cp_async_wait).
 template <class T, int CH>
 __device__ __forceinline__ Pack<T, CH> pack_of(const uint4& r) {

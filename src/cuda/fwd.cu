@@ -47,15 +47,8 @@ namespace shortconv::cuda {
 namespace {
 
 // Tokens per unrolled step of the token-major loop: U independent loads in
-// flight per thread (and the next U prefetched) before the first use; the
-// full-window SiLU instance of the 16-bit vector kernel has fewer live
-// registers (no pad predicates, no activation select) and takes twice as many.
+// flight per thread (and the next U prefetched) before the first use.
 constexpr int kUnrollTm = TmTraits::kUnroll;
-constexpr int kUnrollFull16 = TmTraits::kUnrollFull16;
-
-// Residual handling of a token-major stream: absent / present (compile-time) /
-// decided at run time by a null pointer.
-enum ResMode : int { kResOff, kResOn, kResRuntime };
 
 // Token-major forward state of one thread.  The window is padded to WMAX
 // taps: wp[k] = weight[k - kpad] for k >= kpad = WMAX - W, and taps below
@@ -99,9 +92,10 @@ struct TmFwd {
   }
 
   // Tokens [t, e) of sequence q (all inside it), channels d0 .. d0+CH.
+  // ring: the thread's first slot of the FULL instance's stage (else unused).
   template <bool FULL>
   __device__ void segment(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
-                          int64_t e) {
+                          int64_t e, P* ring) {
     if (q.pad) {  // a padding run of seq_idx: y = 0
       T* yq = static_cast<T*>(a.y.p) + q.b * a.y.s0 + d0 * a.y.s2;
       for (int64_t tok = t; tok < e; ++tok) stp<T, CH>(yq + tok * a.y.s1, P::zero());
@@ -119,12 +113,49 @@ struct TmFwd {
     T* yq = yp + tok * sy;
     if constexpr (!k16Bit) {
       stream_copy<FULL>(xq, rq, yq, sx, sr, sy, e - tok);
-    } else if constexpr (FULL) {  // residual presence compile-time too: no dead unpack/add
-      if (rp) stream<true, kResOn>(xq, rq, yq, sx, sr, sy, e - tok);
-      else stream<true, kResOff>(xq, rq, yq, sx, sr, sy, e - tok);
+    } else if constexpr (FULL) {  // (no residual: fwd_full_instance)
+      stream_staged(xq, yq, sx, sy, e - tok, ring);
     } else {
-      stream<false, kResRuntime>(xq, rq, yq, sx, sr, sy, e - tok);
+      stream(xq, rq, yq, sx, sr, sy, e - tok);
     }
+  }
+
+  // The FULL instance's tokens xq[0 .. len): x staged through the thread's
+  // ring slots (slot (s, u) at ring[(s * kFullTokens + u) * kThreads]: a
+  // warp's 32 packs adjacent, conflict-free), kFullStages stages of
+  // kFullTokens tokens in flight before the first is used; stage i is
+  // refilled with stage i + kFullStages after its tokens were read back and
+  // computed (the reads' values are used first: no write-after-read race).
+  // Every iteration commits one group (empty past the end), so the wait
+  // count is one constant.  The last len % kFullTokens tokens: tail().
+  __device__ __forceinline__ void stream_staged(const T* xq, T* yq, int64_t sx, int64_t sy,
+                                                int64_t len, P* ring) {
+    constexpr int NS = TmTraits::kFullStages, U = TmTraits::kFullTokens, kT = TmTraits::kThreads;
+    const int64_t stages = len / U;
+    auto fill = [&](int slot, const T* src) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) cp_async_pack<T, CH>(ring + (slot * U + u) * kT, src + u * sx);
+    };
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      if (s < stages) fill(s, xq + s * U * sx);
+      cp_async_commit();
+    }
+    int slot = 0;
+    for (int64_t i = 0; i < stages; ++i) {
+      cp_async_wait<NS - 1>();  // stage i has landed
+      P xv[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) xv[u] = lds_pack<T, CH>(ring + (slot * U + u) * kT);
+#pragma unroll
+      for (int u = 0; u < U; ++u) stp<T, CH>(yq + u * sy, step<true>(xv[u], P::zero(), false));
+      if (i + NS < stages) fill(slot, xq + NS * U * sx);
+      cp_async_commit();
+      xq += U * sx;
+      yq += U * sy;
+      slot = slot + 1 == NS ? 0 : slot + 1;
+    }
+    tail<true>(xq, nullptr, yq, sx, 0, sy, len - stages * U, false);
   }
 
   // fp32: U tokens prefetched into a second buffer copied over at each step
@@ -183,65 +214,49 @@ struct TmFwd {
     }
   }
 
-  // U tokens: loads then steps (RES: residual absent / present / runtime rq != nullptr).
-  template <bool FULL, int RES, int U>
+  // U tokens: loads then steps (the residual's when rq is not null).
+  template <int U>
   __device__ __forceinline__ void load_n(P (&xv)[U], P (&rv)[U], const T* xq, const T* rq,
                                          int64_t sx, int64_t sr) {
 #pragma unroll
     for (int u = 0; u < U; ++u) xv[u] = ldp<T, CH>(xq + u * sx);
-    if (RES == kResOn || (RES == kResRuntime && rq)) {
+    if (rq) {
 #pragma unroll
       for (int u = 0; u < U; ++u) rv[u] = ldp<T, CH>(rq + u * sr);
     }
   }
-  template <bool FULL, int RES, int U>
+  template <int U>
   __device__ __forceinline__ void steps_n(const P (&xv)[U], const P (&rv)[U], T* yq, int64_t sy,
                                           bool res) {
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      stp<T, CH>(yq + u * sy, step<FULL>(xv[u], rv[u], RES == kResOn || (RES == kResRuntime && res)));
+    for (int u = 0; u < U; ++u) stp<T, CH>(yq + u * sy, step<false>(xv[u], rv[u], res));
   }
 
-  // Full-window instance without residual: an L2 prefetch of the buffer
-  // after the one being loaded (tokens [2U, 3U) from xq, when inside len), so
-  // that load waits on L2 rather than DRAM; no registers held.
-  template <bool FULL, int RES, int U>
-  __device__ __forceinline__ void prefetch_n(const T* xq, int64_t sx, int64_t len) {
-    if constexpr (FULL && RES == kResOff) {
-      if (len >= 3 * U) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) prefetch_l2(xq + (2 * U + u) * sx);
-      }
-    }
-  }
-
-  // Tokens xq[0 .. len) (strides sx, sr, sy): ping-pong buffers of U tokens, the
-  // loads of one issued before the steps of the other (2U tokens in flight,
-  // no register copies), then a token-at-a-time tail.
-  template <bool FULL, int RES>
+  // The generic 16-bit instance's tokens xq[0 .. len) (strides sx, sr, sy):
+  // ping-pong buffers of U tokens, the loads of one issued before the steps
+  // of the other (2U tokens in flight, no register copies), then a
+  // token-at-a-time tail.
   __device__ __forceinline__ void stream(const T* xq, const T* rq, T* yq, int64_t sx,
                                          int64_t sr, int64_t sy, int64_t len) {
-    constexpr int U = (FULL && RES == kResOff) ? kUnrollFull16 : kUnrollTm;
-    const bool res = RES == kResOn || (RES == kResRuntime && rq != nullptr);
+    constexpr int U = kUnrollTm;
+    const bool res = rq != nullptr;
     if (len >= U) {
       P xa[U], ra[U], xb[U], rb[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) ra[u] = rb[u] = P::zero();
-      load_n<FULL, RES, U>(xa, ra, xq, rq, sx, sr);
+      load_n<U>(xa, ra, xq, rq, sx, sr);
       while (true) {  // xa holds the next U tokens, len >= U
         bool more = len >= 2 * U;
-        if (more) load_n<FULL, RES, U>(xb, rb, xq + U * sx, res ? rq + U * sr : rq, sx, sr);
-        prefetch_n<FULL, RES, U>(xq, sx, len);
-        steps_n<FULL, RES, U>(xa, ra, yq, sy, res);
+        if (more) load_n<U>(xb, rb, xq + U * sx, res ? rq + U * sr : rq, sx, sr);
+        steps_n<U>(xa, ra, yq, sy, res);
         xq += U * sx;
         if (res) rq += U * sr;
         yq += U * sy;
         len -= U;
         if (!more) break;
         more = len >= 2 * U;
-        if (more) load_n<FULL, RES, U>(xa, ra, xq + U * sx, res ? rq + U * sr : rq, sx, sr);
-        prefetch_n<FULL, RES, U>(xq, sx, len);
-        steps_n<FULL, RES, U>(xb, rb, yq, sy, res);
+        if (more) load_n<U>(xa, ra, xq + U * sx, res ? rq + U * sr : rq, sx, sr);
+        steps_n<U>(xb, rb, yq, sy, res);
         xq += U * sx;
         if (res) rq += U * sr;
         yq += U * sy;
@@ -249,28 +264,30 @@ struct TmFwd {
         if (!more) break;
       }
     }
-    tail<FULL>(xq, rq, yq, sx, sr, sy, len, res);
+    tail<false>(xq, rq, yq, sx, sr, sy, len, res);
   }
 };
 
-// The full-window SiLU instance (FULL: 16-bit vectors, W == WMAX) is a kernel
-// of its own, chosen on the host (fwd_full_instance), as the backward's: in
-// one kernel with the generic instance its code was twice as long (both loops,
-// one register allocation); split, the dense bf16 forward+backward ran 393.3 ->
-// 385.0 us and the small shape's 35.2 -> 30.2 (H200, same run).  It keeps the
-// generic cap (2 blocks per SM): at 3 (80 registers) ptxas spilled 288-352 bytes
-// per thread of its loop, and with half the tokens in flight (kUnrollFull16 =
-// 4) it ran 5% slower.
+// The full-window SiLU instance (FULL: 16-bit vectors, W == WMAX, no
+// residual; the plan's full_fwd) is a kernel of its own, as the backward's:
+// in one kernel with the generic instance its code was twice as long (both
+// loops, one register allocation); split, the dense bf16 forward+backward ran
+// 393.3 -> 385.0 us and the small shape's 35.2 -> 30.2 (H200, same run).
+// With x in registers (ping-pong buffers of 8 tokens) it needed 128
+// registers, 2 blocks per SM: latency-bound (ncu: 22.8% occupancy, 54% of
+// the stall samples on the loaded x), and capped at 3 blocks it spilled
+// 288-352 B.  It now stages x in shared memory (stream_staged) under its own
+// cap, TmTraits::kFullMinBlocks.
 template <class T, int WMAX, int CH>
 constexpr bool kFwdHasFull = CH > 1 && sizeof(T) == 2;
-template <class T, int WMAX, int CH>
-bool fwd_full_instance(const Args& a) {
-  return kFwdHasFull<T, WMAX, CH> && a.W == WMAX && a.act == SC_ACT_SILU;
-}
 
 template <class T, int WMAX, int CH, bool FULL>
-__global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm) fwd_tm(const Args a) {
+__global__ void __launch_bounds__(TmTraits::kThreads, FULL ? TmTraits::kFullMinBlocks : TmTraits::kMinBlocksPerSm)
+    fwd_tm(const Args a) {
   using A = acc_t<T>;
+  using P = Pack<T, CH>;
+  static_assert(!FULL || P::kBytes <= TmTraits::kFullPackBytes, "the ring's slots hold one pack");
+  __shared__ __align__(16) P ring[FULL ? TmTraits::kFullStages * TmTraits::kFullTokens * TmTraits::kThreads : 1];
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (tile >= a.ntiles || d0 >= a.D) return;
@@ -281,8 +298,9 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
   load_taps<A, WMAX, CH>(a.weight, a.bias, d0, a.D, k.kpad, scale, k.wp, k.bs);
   int64_t b, tb, te;
   tile_range(a, tile, &b, &tb, &te);
+  P* slot0 = ring + (threadIdx.y * blockDim.x + threadIdx.x);
   for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
-    k.template segment<FULL>(a, q, n, d0, t, e);
+    k.template segment<FULL>(a, q, n, d0, t, e, slot0);
   });
 }
 
@@ -478,7 +496,7 @@ struct FwdKernels {
   template <class T, int WMAX, int CH>
   static cudaError_t tm(const Plan& pl, const Args& a, Launch* l) {
     if constexpr (kFwdHasFull<T, WMAX, CH>) {
-      if (fwd_full_instance<T, WMAX, CH>(a))
+      if (pl.full_fwd)
         return l->main("fwd_tm(vector, full window)", fwd_tm<T, WMAX, CH, true>, pl, a);
     }
     return l->main(CH > 1 ? "fwd_tm(vector)" : "fwd_tm(scalar)", fwd_tm<T, WMAX, CH, false>, pl, a);

@@ -70,16 +70,41 @@ struct TmTraits {
   // Register cap: 2 blocks (512 threads) per SM; the planner sizes waves with it.
   static constexpr int kMinBlocksPerSm = 2;
   static constexpr int kResidentThreads = kThreads * kMinBlocksPerSm;
+  // The 16-bit full-window SiLU forward without residual (fwd_tm's FULL
+  // instance) takes x through the thread's slots of a shared-memory ring,
+  // filled by cp.async kFullStages stages of kFullTokens tokens ahead: the
+  // bytes in flight hold no registers, so the kernel fits kFullMinBlocks
+  // blocks per SM (in flight per SM: (stages - 1) * tokens * 8 bytes per thread).
+#ifndef SC_TM_FULL_STAGES
+#define SC_TM_FULL_STAGES 4
+#endif
+#ifndef SC_TM_FULL_TOKENS
+#define SC_TM_FULL_TOKENS 4
+#endif
+#ifndef SC_TM_FULL_BLOCKS
+#define SC_TM_FULL_BLOCKS 3
+#endif
+  static constexpr int kFullStages = SC_TM_FULL_STAGES;   // ring stages (one cp.async group each)
+  static constexpr int kFullTokens = SC_TM_FULL_TOKENS;   // tokens per stage
+  static constexpr int kFullMinBlocks = SC_TM_FULL_BLOCKS;  // its register cap: blocks per SM
+  static constexpr int kFullPackBytes = 8;                // the widest 16-bit pack (CH = 4 at W <= 4)
+  static constexpr size_t kFullRingBytes = size_t(kFullStages) * kFullTokens * kThreads * kFullPackBytes;
+  // Threads of one wave of the forward (the planner's tile sizing).
+  static SC_TRAIT int fwd_resident_threads(bool full) {
+    return kThreads * (full ? kFullMinBlocks : kMinBlocksPerSm);
+  }
   static constexpr int kMaxCx = 32;                 // threads along channels (one warp)
+  // The same, the full-window forward: wider blocks along channels (H200,
+  // bf16 W = 8: 178.2 -> 170.5 us at 128; W = 4 within 1%).
+  static constexpr int kFullMaxCx = 128;
   static constexpr int kUnroll = 4;                 // tokens whose loads are issued together
-  static constexpr int kUnrollFull16 = 8;           // the same, 16-bit full-window forward
   static constexpr int64_t kMinTileT = 8;           // shortest automatic tile (halo W-1 re-read per tile)
   static constexpr int64_t kMaxTileT = 256;         // longest automatic forward tile (enough work per thread)
   // Longest automatic backward tile: each tile pays 2(W-1) generic warm-up and
   // look-ahead steps and a block reduction, so the backward takes longer tiles
   // (H200: f+b -1% to -4% on the dense, long and packed shapes against 256).
   static constexpr int64_t kMaxTileTBwd = 512;
-  static constexpr int64_t kMinWaves = 3;           // forward beyond one wave of kMaxTileT tiles: >= this many waves
+  static constexpr int64_t kTileAlign = 8;          // forward tiles: a multiple of this many tokens (whole unrolled steps)
   static constexpr int64_t kBwdFullMinTileT = 16;   // shortest tile taking the full-window backward instance
   // Shared memory of bwd_tm: the block's dweight/dbias partials, one row of
   // ch * (WMAX + 1) accumulators per thread.
@@ -87,8 +112,11 @@ struct TmTraits {
     return size_t(cx) * size_t(ty) * size_t(ch) * size_t(wmax + 1) * size_t(acc_bytes);
   }
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "a block is whole warps");
-  static_assert(kThreads % kMaxCx == 0, "cx * ty = kThreads");
+  static_assert(kThreads % kMaxCx == 0 && kThreads % kFullMaxCx == 0, "cx * ty = kThreads");
+  static_assert(kMinTileT % kTileAlign == 0 && kMaxTileT % kTileAlign == 0, "aligned tile bounds");
   static_assert(kMinTileT >= 1 && kMinTileT <= kMaxTileT && kMaxTileT <= kMaxTileTBwd, "tile bounds");
+  static_assert(kFullStages >= 2 && kFullTokens >= 1, "a stage computed while the next is in flight");
+  static_assert(kFullRingBytes <= 48 * 1024, "the ring is static shared memory (48 KB at most)");
 };
 
 // fwd_cm / bwd_cm: a warp owns a (batch, channel) row tile, a lane kVec

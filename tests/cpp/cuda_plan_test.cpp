@@ -147,6 +147,11 @@ TEST(CudaPlan, PlansNameInstantiatedKernelsAndCoverTheWork) {
           EXPECT_GT(p.W, kMaxFastW);
           break;
       }
+      if (pl.full_fwd) {  // (only the 16-bit vector forward has the instance)
+        EXPECT_EQ(pl.path, Path::token_major_vec);
+        EXPECT_EQ(p.dir, Dir::fwd);
+        EXPECT_LE(pl.ch * shortconv::dtype_size(p.act_dtype), TmTraits::kFullPackBytes);
+      }
       if (pl.path == Path::decode) {  // a block per (sequence, kThreads*CH channels)
         EXPECT_EQ(pl.block_x * pl.block_y, DecodeTraits::kThreads);
         EXPECT_EQ(pl.grid_x, p.N);
@@ -168,6 +173,58 @@ TEST(CudaPlan, PlansNameInstantiatedKernelsAndCoverTheWork) {
       EXPECT_EQ(pl.ntiles, p.B * pl.tiles_per_row);
     }
   }
+}
+
+// The 16-bit full-window SiLU forward (x staged in shared memory, its own
+// register cap) is planned exactly for W == the window bound, SiLU, no
+// residual; its waves are sized with its residency.
+TEST(CudaPlan, FullWindowForwardInstance) {
+  static char buffer[64] alignas(64);
+  auto make = [&](sc_dtype dt, int W, sc_activation act, bool residual) {
+    Problem p;
+    p.dir = Dir::fwd;
+    p.W = W;
+    p.S = W - 1;
+    p.act = act;
+    p.act_dtype = dt;
+    p.B = 8;
+    p.T = 4096;
+    p.D = 4096;
+    p.N = p.B;
+    View v;
+    v.present = true;
+    v.data = buffer;
+    v.dtype = dt;
+    v.shape[0] = p.B;
+    v.shape[1] = p.T;
+    v.shape[2] = p.D;
+    v.stride[2] = 1;
+    v.stride[1] = p.D;
+    v.stride[0] = p.T * p.D;
+    p.x = p.y = v;
+    if (residual) p.residual = v;
+    return p;
+  };
+  for (sc_dtype dt : {SC_BF16, SC_F16})
+    for (int W : {2, 3, 4, 8}) {
+      const Plan pl = plan_for(make(dt, W, SC_ACT_SILU, false), Path::token_major_vec, 132);
+      EXPECT_TRUE(pl.full_fwd) << "W=" << W;
+      // Its tiles are the generic instance's (here: with a residual) on a
+      // device with as many more SMs as it has more resident threads per SM.
+      static_assert(132 * TmTraits::kFullMinBlocks % TmTraits::kMinBlocksPerSm == 0, "whole SMs");
+      const int sms = 132 * TmTraits::kFullMinBlocks / TmTraits::kMinBlocksPerSm;
+      EXPECT_EQ(pl.tile_t, plan_for(make(dt, W, SC_ACT_SILU, true), Path::token_major_vec, sms).tile_t);
+      EXPECT_FALSE(plan_for(make(dt, W, SC_ACT_SILU, true), Path::token_major_vec, 132).full_fwd);
+      EXPECT_FALSE(plan_for(make(dt, W, SC_ACT_NONE, false), Path::token_major_vec, 132).full_fwd);
+    }
+  // W below the bound (5..7 take the 8-tap instance), fp32, and the backward: generic.
+  EXPECT_FALSE(plan_for(make(SC_BF16, 6, SC_ACT_SILU, false), Path::token_major_vec, 132).full_fwd);
+  EXPECT_FALSE(plan_for(make(SC_F32, 4, SC_ACT_SILU, false), Path::token_major_vec, 132).full_fwd);
+  Problem b = make(SC_BF16, 4, SC_ACT_SILU, false);
+  b.dir = Dir::bwd;
+  b.y = View();
+  b.dx = b.dy = b.x;
+  EXPECT_FALSE(plan_for(b, Path::token_major_vec, 132).full_fwd);
 }
 
 TEST(CudaPlan, ForcedTilesBeyondTheAxisAreTheWholeAxis) {
