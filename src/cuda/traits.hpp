@@ -97,7 +97,7 @@ struct TmTraits {
   // look-ahead steps and a block reduction, so the backward takes longer tiles
   // (H200: f+b -1% to -4% on the dense, long and packed shapes against 256).
   static constexpr int64_t kMaxTileTBwd = 512;
-  static constexpr int64_t kTileAlign = 8;          // forward tiles: a multiple of this many tokens (whole unrolled steps)
+  static constexpr int64_t kMinWaves = 3;           // forward beyond one wave of kMaxTileT tiles: >= this many waves
   static constexpr int64_t kBwdFullMinTileT = 16;   // shortest tile taking the full-window backward instance
   // Shared memory of bwd_tm: the block's dweight/dbias partials, one row of
   // ch * (WMAX + 1) accumulators per thread.
@@ -106,7 +106,6 @@ struct TmTraits {
   }
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "a block is whole warps");
   static_assert(kThreads % kMaxCx == 0 && kThreads % kFullMaxCx == 0, "cx * ty = kThreads");
-  static_assert(kMinTileT % kTileAlign == 0 && kMaxTileT % kTileAlign == 0, "aligned tile bounds");
   static_assert(kMinTileT >= 1 && kMinTileT <= kMaxTileT && kMaxTileT <= kMaxTileTBwd, "tile bounds");
   static_assert(kFullStages >= 2 && kFullTokens >= 1, "a stage computed while the next is in flight");
   static_assert(kFullRingBytes <= 48 * 1024, "the ring is static shared memory (48 KB at most)");
