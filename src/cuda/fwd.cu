@@ -15,6 +15,9 @@
 //   sequences: the thread walks them (binary search for the first), and the
 //   window of each starts from that sequence's own h0 (or zeros), never from
 //   another sequence's rows.  Block = cx threads along channels x ty tiles.
+//   The 16-bit full-window SiLU instance without residual (FULL) receives x
+//   through the thread's own slots of a shared-memory ring filled by
+//   cp.async (stream_staged): no slot is shared, so no barrier.
 // - fwd_cm<T, WMAX, FULL>: channel-major (stride_t == 1, dense).  A warp owns
 //   one (batch, channel) row and a tile of tokens; each lane a 16-byte vector
 //   of VEC consecutive tokens, its W-1 window tokens from the lower lanes by
@@ -113,7 +116,7 @@ struct TmFwd {
     T* yq = yp + tok * sy;
     if constexpr (!k16Bit) {
       stream_copy<FULL>(xq, rq, yq, sx, sr, sy, e - tok);
-    } else if constexpr (FULL) {  // (no residual: fwd_full_instance)
+    } else if constexpr (FULL) {  // (no residual: the plan's full_fwd)
       stream_staged(xq, yq, sx, sy, e - tok, ring);
     } else {
       stream(xq, rq, yq, sx, sr, sy, e - tok);
