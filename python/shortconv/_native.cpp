@@ -384,10 +384,22 @@ py::object update_impl(py::handle x, py::handle cache, py::handle weight, py::ha
     a.y = a.x;
     a.y.data = y.data_ptr();
     a.y.stride[0] = ys[0]; a.y.stride[1] = D * ys[1]; a.y.stride[2] = ys[1];
-  } else if (flags & kChannelFirst) {  // empty_like(x.transpose(1, 2)).transpose(1, 2)
-    at::Tensor yt = at::empty_like(xt->transpose(1, 2));
-    describe_out(a.y, a.x, yt);
-    y = yt.transpose(1, 2);
+  } else if (flags & kChannelFirst) {
+    // empty_like(x.transpose(1, 2)).transpose(1, 2) without the two views (6.8k of the
+    // 33.9k instructions of a speculative vLLM step, callgrind): x's strides when x is
+    // dense, else [N, D, T] over contiguous [N, T, D] storage
+    const int64_t n = xt->size(0), d = xt->size(1), t = xt->size(2);
+    if (xt->is_non_overlapping_and_dense()) {
+      y = at::empty_like(*xt);
+    } else {
+      const int64_t d1 = std::max<int64_t>(d, 1), t1 = std::max<int64_t>(t, 1);  // (torch's rule)
+      const int64_t sizes[] = {n, d, t}, strides[] = {t1 * d1, 1, d1};
+      y = at::empty_strided(at::IntArrayRef(sizes, 3), at::IntArrayRef(strides, 3), xt->options());
+    }
+    auto ys = y.strides();
+    a.y = a.x;
+    a.y.data = y.data_ptr();
+    a.y.stride[0] = ys[0]; a.y.stride[1] = ys[2]; a.y.stride[2] = ys[1];
   } else {
     y = at::empty_like(*xt);
     describe_out(a.y, a.x, y);
