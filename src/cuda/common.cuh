@@ -322,26 +322,11 @@ __device__ __forceinline__ void cp_async_pack(Pack<T, CH>* dst, const T* src) {
   *dst = ldp<T, CH>(src);
 #endif
 }
-// A pack read back from shared memory (one vector access).
+// A pack read back from shared memory (one vector access: ldp's, on the
+// shared-memory address the pointer is known to hold).
 template <class T, int CH>
 __device__ __forceinline__ Pack<T, CH> lds_pack(const Pack<T, CH>* p) {
-  constexpr int kBytes = Pack<T, CH>::kBytes;
-  Pack<T, CH> v;
-  if constexpr (kBytes == 4) {
-    v.w[0] = *reinterpret_cast<const unsigned*>(p);
-  } else if constexpr (kBytes == 8) {
-    const uint2 r = *reinterpret_cast<const uint2*>(p);
-    v.w[0] = r.x;
-    v.w[1] = r.y;
-  } else {
-    static_assert(kBytes == 16, "a staged pack is 4, 8 or 16 bytes");
-    const uint4 r = *reinterpret_cast<const uint4*>(p);
-    v.w[0] = r.x;
-    v.w[1] = r.y;
-    v.w[2] = r.z;
-    v.w[3] = r.w;
-  }
-  return v;
+  return ldp<T, CH>(reinterpret_cast<const T*>(p));
 }
 // A 16-byte pack from its staged words (the thread's own, after cp_async_wait).
 template <class T, int CH>
