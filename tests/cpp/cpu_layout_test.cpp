@@ -112,8 +112,9 @@ TEST(CpuLayouts, TimeVectorisedEqualsChannelVectorised) {
 }
 
 // A time-contiguous x runs tasks of several consecutive chunks of one d-tile
-// (Plan::chunk_group, cpu_plan.hpp: each channel read in one long run); a
-// token-major x keeps one chunk per task.  The plan first, then runs whose
+// (Plan::chunk_group, cpu_plan.hpp: each channel read in one long run) when
+// the other activations are time-contiguous too; a token-major x keeps one
+// chunk per task.  The plan first, then runs whose
 // tasks span chunks (forced short tiles, dense and packed with sequences
 // across chunk edges): y, ht, dx, dh0 bitwise the token-major's, dweight and
 // dbias to rounding (summed along time there, as in the test above).
@@ -154,6 +155,13 @@ TEST(CpuLayouts, ForwardTasksSpanChunksOnTimeContiguousX) {
   EXPECT_EQ(make_plan(problem(false, Dir::bwd, 0)).chunk_group, 1);
   EXPECT_EQ(make_plan(problem(true, Dir::bwd, 0)).chunk_group, cm.chunk_group);
   EXPECT_EQ(make_plan(problem(true, Dir::bwd, 0)).n_tiles, cm.n_tiles);  // (partial rows: per tile)
+  // an activation in the other layout (dy or a residual token-major): no groups
+  auto mixed = problem(true, Dir::bwd, 0);
+  mixed.dy = problem(false, Dir::bwd, 0).dy;
+  EXPECT_EQ(make_plan(mixed).chunk_group, 1);
+  mixed = problem(true, Dir::fwd, 0);
+  mixed.residual = problem(false, Dir::fwd, 0).x;
+  EXPECT_EQ(make_plan(mixed).chunk_group, 1);
   const auto few = make_plan(problem(true, Dir::fwd, 4096));  // 4 chunks x 8 d-tiles: < kMinTasks
   EXPECT_EQ(few.chunk_group, 1);
   EXPECT_EQ(few.n_tasks, few.n_tiles);
