@@ -168,8 +168,8 @@ print(f"{'shape':34} {'dt':5} {'layout':13} {'W':>2} {'fwd us':>9} {'frac':>5} {
 for r in d.get("results", []):
     xb = r.get("x_bytes", 0)
     f, fb = r.get("fwd_us", 0), r.get("fwdbwd_us", 0)
-    ff = (2 * xb / (bw * 1e3)) / f if f and bw else 0
-    fbf = (5 * xb / (bw * 1e3)) / fb if fb and bw else 0
+    ff = (r.get("fwd_tensors", 2) * xb / (bw * 1e3)) / f if f and bw else 0
+    fbf = (r.get("fwdbwd_tensors", 5) * xb / (bw * 1e3)) / fb if fb and bw else 0
     print(f"{r.get('shape','')[:34]:34} {r.get('dtype',''):5} {r.get('layout','')[:13]:13} {r.get('W',0):>2} "
           f"{f:9.1f} {ff:5.2f} {fb:9.1f} {fbf:5.2f} {r.get('fwd_call_us') or 0:8.1f} {r.get('fwdbwd_call_us') or 0:8.1f} {r.get('error','')}")
     o = base.get((r.get("shape"), r.get("dtype"), r.get("layout"), r.get("W")))

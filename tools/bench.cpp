@@ -57,6 +57,7 @@ struct Shape {
   int64_t B, T, D;
   int64_t seqs = 0;  // > 0: packed batch of `seqs` equal sequences (B must be 1)
   bool states = false;
+  bool residual = false;  // the forward adds a residual (one more x-sized input)
   Layout layout = Layout::token_major;
   int W = 4;
   std::vector<sc_dtype> dtypes;
@@ -66,6 +67,7 @@ struct Result {
   std::string shape, dtype, layout;
   int W = 4;
   int64_t x_bytes = 0;
+  int fwd_tensors = 2, fwdbwd_tensors = 5;  // x-sized tensors of each floor (+1 with a residual)
   double fwd_us = 0, fwdbwd_us = 0;
   double fwd_call_us = NAN, fwdbwd_call_us = NAN;  // CUDA: one eager call between events
   int fwd_reps = 0, fwdbwd_reps = 0;
@@ -89,16 +91,18 @@ void usage(FILE* f) {
                "dx, dweight, dbias, and dh0 when the case has states) on default shapes, W=4,\n"
                "SiLU, bias, token-major, bf16 and fp32; measures the memory copy bandwidth in the\n"
                "same run and reports for each result microseconds, GB/s (bytes that must move /\n"
-               "time: forward 2 x-sized tensors, forward+backward 5) and the fraction of the\n"
+               "time: forward 2 x-sized tensors, forward+backward 5, one more each with a\n"
+               "residual) and the fraction of the\n"
                "floor (floor time = those bytes / copy bandwidth; 1.0 = copy speed).  Then the\n"
                "decode section (see --decode).\n"
                "\n"
                "default shapes (B x T x D):\n"
                "  cpu:  dense 4x4096x2048; packed 1x16384x2048 in 16 sequences with initial and\n"
-               "        final states; long 1x32768x1024; the dense shape channel-major\n"
+               "        final states; long 1x32768x1024; the dense shape channel-major and\n"
+               "        with a residual (bf16)\n"
                "  cuda: dense 8x4096x4096; packed 1x32768x8192 in 16 sequences with states;\n"
                "        long 1x65536x4096; small 1x2048x2048; and on the dense shape\n"
-               "        channel-major, W=8 and fp32\n"
+               "        channel-major, W=8, with a residual, and fp32\n"
                "\n"
                "options:\n"
                "  --backend B     %s (default %s)\n"
@@ -107,6 +111,7 @@ void usage(FILE* f) {
                "  --shape BxTxD   bench this dense shape instead of the defaults\n"
                "  --seqs N        with --shape: a packed batch of N equal sequences (B must be 1)\n"
                "  --states        with --shape: initial and final states (and dh0)\n"
+               "  --residual      with --shape: the forward adds a residual\n"
                "  --dtype D       bf16, fp16, fp32, fp64 or all (default: bf16 and fp32)\n"
                "  --width W       convolution width (default 4)\n"
                "  --layout L      token (default) or channel (channel-major [B, D, T])\n"
@@ -176,6 +181,7 @@ Case make_case(const Shape& s, sc_dtype dt, int threads) {
     c.T = s.T;
   }
   c.h0 = c.ht = s.states;
+  c.residual = s.residual;
   c.dy = true;
   c.want_dx = c.want_dweight = c.want_dbias = true;
   c.want_dh0 = s.states;
@@ -202,7 +208,7 @@ std::vector<Shape> default_shapes(const Options& opt, bool device, int W, Layout
   const bool user_dtype = opt.has("--dtype");
   auto add = [&](const char* name, int64_t B, int64_t T, int64_t D, int64_t nseq, bool st,
                  Layout l, int w, std::vector<sc_dtype> dts) {
-    Shape s{name, B, T, D, nseq, st, l, w, user_dtype ? dtypes : dts};
+    Shape s{name, B, T, D, nseq, st, false, l, w, user_dtype ? dtypes : dts};
     if (opt.has("--layout")) s.layout = layout;
     if (opt.has("--width")) s.W = W;
     shapes.push_back(s);
@@ -216,12 +222,16 @@ std::vector<Shape> default_shapes(const Options& opt, bool device, int W, Layout
       add("dense 8x4096x4096 chan-major", 8, 4096, 4096, 0, false, Layout::channel_major, W, {SC_BF16});
     if (!opt.has("--width"))
       add("dense 8x4096x4096 W=8", 8, 4096, 4096, 0, false, Layout::token_major, 8, {SC_BF16});
+    add("dense 8x4096x4096 +residual", 8, 4096, 4096, 0, false, Layout::token_major, W, {SC_BF16});
+    shapes.back().residual = true;
   } else {
     add("dense 4x4096x2048", 4, 4096, 2048, 0, false, Layout::token_major, W, dtypes);
     add("packed 1x16384x2048 /16 +states", 1, 16384, 2048, 16, true, Layout::token_major, W, dtypes);
     add("long 1x32768x1024", 1, 32768, 1024, 0, false, Layout::token_major, W, dtypes);
     if (!opt.has("--layout"))
       add("dense 4x4096x2048 chan-major", 4, 4096, 2048, 0, false, Layout::channel_major, W, dtypes);
+    add("dense 4x4096x2048 +residual", 4, 4096, 2048, 0, false, Layout::token_major, W, {SC_BF16});
+    shapes.back().residual = true;
   }
   return shapes;
 }
@@ -254,8 +264,8 @@ int parse_settings(const Options& opt, Settings* st) {
   if (lname == "channel" || lname == "channel-major") layout = Layout::channel_major;
   else if (lname != "token" && lname != "token-major")
     return fail_usage("--layout: expected token or channel, got '" + lname + "'");
-  if ((opt.has("--seqs") || opt.has("--states")) && !opt.has("--shape"))
-    return fail_usage("--seqs and --states go with --shape");
+  if ((opt.has("--seqs") || opt.has("--states") || opt.has("--residual")) && !opt.has("--shape"))
+    return fail_usage("--seqs, --states and --residual go with --shape");
   if (!opt.has("--shape")) {
     st->shapes = default_shapes(opt, st->device, int(width), layout, dtypes);
     return -1;
@@ -268,7 +278,9 @@ int parse_settings(const Options& opt, Settings* st) {
   if (seqs > s.T) return fail_usage("--seqs: more sequences than tokens");
   s.seqs = seqs;
   s.states = opt.has("--states");
-  s.name = std::string(seqs ? "packed " : "dense ") + opt.get("--shape", "");
+  s.residual = opt.has("--residual");
+  s.name = std::string(seqs ? "packed " : "dense ") + opt.get("--shape", "") +
+           (s.residual ? " +residual" : "");
   s.layout = layout;
   s.W = int(width);
   s.dtypes = dtypes;
@@ -286,6 +298,8 @@ Result bench_one(const Shape& s, sc_dtype dt, const Settings& st, const Timing& 
   r.layout = harness::layout_name(s.layout);
   r.W = s.W;
   r.x_bytes = s.B * s.T * s.D * dtype_size(dt);
+  r.fwd_tensors += s.residual ? 1 : 0;
+  r.fwdbwd_tensors += s.residual ? 1 : 0;
   const Case c = make_case(s, dt, int(st.threads));
   // Rotate over copies when the working set is small (cache effects).
   const int64_t footprint = 2 * r.x_bytes;
@@ -345,7 +359,7 @@ void print_header(const Settings& st, double copy_GBps) {
                         : "steady_clock, median",
               copy_GBps);
   std::printf("floor = bytes that must move / copy bandwidth: fwd 2 x-sized tensors, "
-              "fwd+bwd 5; frac = floor / time%s\n\n",
+              "fwd+bwd 5 (+1 each with a residual); frac = floor / time%s\n\n",
               st.device ? "" : "; each row's copy bandwidth measured beside it (copy GB/s)");
   std::printf("%-34s %-5s %2s %-13s %11s %8s %6s %11s %8s %6s%s\n", "shape", "dtype", "W",
               "layout", "fwd_us", "GB/s", "frac", "fwdbwd_us", "GB/s", "frac",
@@ -357,7 +371,7 @@ void print_row(const Result& r, const Settings& st, double copy_GBps) {
     std::printf("%-34s %-5s %2d %-13s ERROR %s\n", r.shape.c_str(), r.dtype.c_str(), r.W,
                 r.layout.c_str(), r.error.c_str());
   } else {
-    const double fb = 2.0 * double(r.x_bytes), bb = 5.0 * double(r.x_bytes);
+    const double fb = r.fwd_tensors * double(r.x_bytes), bb = r.fwdbwd_tensors * double(r.x_bytes);
     const double copy = row_copy(r, copy_GBps);
     std::printf("%-34s %-5s %2d %-13s %11.1f %8.1f %6.3f %11.1f %8.1f %6.3f",
                 r.shape.c_str(), r.dtype.c_str(), r.W, r.layout.c_str(), r.fwd_us,
@@ -376,13 +390,14 @@ void print_json(const std::vector<Result>& results, const Settings& st, double r
               json_str(st.bname).c_str(), (long long)st.threads, json_num(run_copy_GBps).c_str());
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
-    const double fb = 2.0 * double(r.x_bytes), bb = 5.0 * double(r.x_bytes);
+    const double fb = r.fwd_tensors * double(r.x_bytes), bb = r.fwdbwd_tensors * double(r.x_bytes);
     const bool ok = r.error.empty();
     const double copy_GBps = row_copy(r, run_copy_GBps);  // (the row's floor)
     std::printf("%s\n  {\"shape\": %s, \"dtype\": %s, \"W\": %d, \"layout\": %s, \"x_bytes\": %lld, "
                 "\"fwd_us\": %s, \"fwdbwd_us\": %s, \"fwd_GBps\": %s, \"fwdbwd_GBps\": %s, "
                 "\"fwd_frac\": %s, \"fwdbwd_frac\": %s, \"fwd_reps\": %d, \"fwdbwd_reps\": %d, "
-                "\"fwd_call_us\": %s, \"fwdbwd_call_us\": %s, \"copy_GBps\": %s, \"error\": %s}",
+                "\"fwd_call_us\": %s, \"fwdbwd_call_us\": %s, \"copy_GBps\": %s, "
+                "\"fwd_tensors\": %d, \"fwdbwd_tensors\": %d, \"error\": %s}",
                 i ? "," : "", json_str(r.shape).c_str(), json_str(r.dtype).c_str(), r.W,
                 json_str(r.layout).c_str(), (long long)r.x_bytes,
                 json_num(ok ? r.fwd_us : NAN).c_str(), json_num(ok ? r.fwdbwd_us : NAN).c_str(),
@@ -391,7 +406,7 @@ void print_json(const std::vector<Result>& results, const Settings& st, double r
                 json_num(ok ? fb / (copy_GBps * 1e3) / r.fwd_us : NAN).c_str(),
                 json_num(ok ? bb / (copy_GBps * 1e3) / r.fwdbwd_us : NAN).c_str(), r.fwd_reps,
                 r.fwdbwd_reps, json_num(r.fwd_call_us).c_str(), json_num(r.fwdbwd_call_us).c_str(),
-                json_num(copy_GBps).c_str(), json_str(r.error).c_str());
+                json_num(copy_GBps).c_str(), r.fwd_tensors, r.fwdbwd_tensors, json_str(r.error).c_str());
   }
   std::printf("\n]%s%s}\n", decode ? ", " : "",
               decode ? decode_json(*decode, run_copy_GBps).c_str() : "");
@@ -424,7 +439,7 @@ DecodeSettings decode_settings(const Options& opt, const Settings& st) {
 
 int bench_main(int argc, char** argv) {
   Options opt;
-  opt.flags = {"--json", "--help", "-h", "--states", "--decode", "--no-decode"};
+  opt.flags = {"--json", "--help", "-h", "--states", "--residual", "--decode", "--no-decode"};
   opt.valued = {"--backend", "--shape", "--seqs", "--dtype", "--width", "--layout", "--reps",
                 "--threads"};
   if (int rc = parse_command_line(opt, argc, argv, "bench", usage); rc >= 0) return rc;

@@ -159,11 +159,16 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
     // The full vectors, with the residual's presence a constant of the loop.
     // Prefetches past the piece's last row are harmless (they never fault)
     // and mostly useful: the next chunk's rows.
+    // (The residual is a third stream of the same shape: without its own
+    // prefetch the forward with one took 15.0 ms against 6.4 without, bf16
+    // 4x4096x2048 on the 2-core Sapphire Rapids VM.)
     auto full_vectors = [&](auto res) {
       const char *xa = ahead(xr, xst), *ya = ahead(yr, yst);
+      const char* ra = decltype(res)::value ? ahead(rr, rst) : nullptr;
       for (const int64_t jn = nfull; j < jn; j += L, wv += (W + 1) * L, rv += W * L) {
         prefetch<XT>(xa, j, 0);
         prefetch<XT>(ya, j, 1);
+        if constexpr (decltype(res)::value) prefetch<XT>(ra, j, 0);
         vec(j, L, wv, rv, std::true_type{}, res);
       }
     };
