@@ -98,8 +98,9 @@ void plan_cm(const Problem& p, int sms, Plan* pl) {
 // Token-major and general tiles: one wave of resident threads when the work
 // allows it, longest tiles otherwise (the forward keeps >= kMinWaves waves:
 // the last wave's tail is then a smaller share; tiles filling whole waves
-// instead, any multiple of 8 tokens, ran 1-2% slower on the W = 4 rows,
-// H200, 2026-12-04: 8x4096x4096 bf16 149.8 against 147.0 us).
+// instead, any multiple of 8 tokens, ran 1-2% slower on the W = 4 rows:
+// H200, 2026-12-04, 8x4096x4096 bf16 149.8 us against 146.9-148.5 with these
+// tiles in the calls before and after).
 void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
   const bool bwd = p.dir == Dir::bwd;
   pl->ch = path == Path::token_major_vec ? vec_channels(p) : 1;
