@@ -96,6 +96,16 @@ inline void stage_x(const Ctx& c, int64_t n, int64_t d, int64_t t0, int64_t rows
   O::store(xs + i + L, O::zero());
 }
 
+// Lanes K .. K+L-1 of the 2L lanes a ++ b: the window vector xs[i + K ..]
+// from the two whole vectors at xs + i (one shuffle, where a load at i + K
+// straddles two cache lines).
+template <class O, int K>
+inline typename O::V shifted(typename O::V a, typename O::V b) {
+  return [&]<int... I>(std::integer_sequence<int, I...>) {
+    return __builtin_shufflevector(a, b, (K + I)...);
+  }(std::make_integer_sequence<int, O::L>{});
+}
+
 // The packed taps and bias of channel d, broadcast.
 template <class O, int WT>
 struct Taps {
@@ -148,7 +158,14 @@ void fwd_piece_time(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0,
       auto block = [&](auto has_res) {
         for_vectors<L>(rows, contig, [&](int64_t i, int nl, auto full) {
           V acc = w.bias;
-          for (int k = 0; k < W; ++k) acc = O::fma(w(k), O::load(buf + i + k), acc);
+          if constexpr (WT > 0 && WT - 1 <= L) {  // (taps in increasing k, as below)
+            const V a = O::load(buf + i), b = O::load(buf + i + L);
+            [&]<int... K>(std::integer_sequence<int, K...>) {
+              ((acc = O::fma(w(K), shifted<O, K>(a, b), acc)), ...);
+            }(std::make_integer_sequence<int, WT>{});
+          } else {
+            for (int k = 0; k < W; ++k) acc = O::fma(w(k), O::load(buf + i + k), acc);
+          }
           V out = Act::template value<O>(acc);
           if constexpr (decltype(has_res)::value) out = out + load_time<O>(res + (t0 + i) * rst, rst, nl, full);
           store_time<O>(y + (t0 + i) * yst, yst, nl, out, full);
