@@ -84,7 +84,7 @@ struct TmTraits {
   static constexpr size_t kFullRingBytes = size_t(kFullStages) * kFullTokens * kThreads * kFullPackBytes;
   // Threads of one wave of the forward (the planner's tile sizing).
   static SC_TRAIT int fwd_resident_threads(bool full) {
-    return kThreads * (full ? kFullMinBlocks : kMinBlocksPerSm);
+    return full ? kThreads * kFullMinBlocks : kResidentThreads;
   }
   static constexpr int kMaxCx = 32;                 // threads along channels (one warp)
   // The same, the full-window forward: wider blocks along channels (H200,
