@@ -124,10 +124,63 @@ struct TmBwd {
     }
   }
 
+  // The FULL instance's hot steps t' in [tp, end) (whole stages only; the
+  // caller's generic steps take the rest): x and dy staged through the
+  // thread's ring slots (slot (s, u, x|dy) at ring[((s * kBwdTokens + u) * 2
+  // + x|dy) * kThreads]: a warp's 32 packs adjacent), kBwdStages stages in
+  // flight before the first is used, each stage refilled after its tokens
+  // were read back and computed, one commit group per iteration (empty past
+  // the end), as the forward's stream_staged.  Returns the first t' not taken.
+  __device__ __forceinline__ int64_t stream_staged(const T* xp, const T* gp, T* dp, int64_t sx,
+                                                   int64_t sg, int64_t sd, int64_t tp, int64_t end,
+                                                   P* ring) {
+    constexpr int NS = TmTraits::kBwdStages, U = TmTraits::kBwdTokens, kT = TmTraits::kThreads;
+    const int64_t stages = (end - tp) / U;
+    const T* xq = xp + tp * sx;
+    const T* gq = gp + tp * sg;
+    T* dq = dp + (tp - H) * sd;
+    auto fill = [&](int slot, const T* xs, const T* gs) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        cp_async_pack<T, CH>(ring + ((slot * U + u) * 2) * kT, xs + u * sx);
+        cp_async_pack<T, CH>(ring + ((slot * U + u) * 2 + 1) * kT, gs + u * sg);
+      }
+    };
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      if (s < stages) fill(s, xq + s * U * sx, gq + s * U * sg);
+      cp_async_commit();
+    }
+    int slot = 0;
+    for (int64_t i = 0; i < stages; ++i) {
+      cp_async_wait<NS - 1>();  // stage i has landed
+      P xv[U], gv[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        xv[u] = lds_pack<T, CH>(ring + ((slot * U + u) * 2) * kT);
+        gv[u] = lds_pack<T, CH>(ring + ((slot * U + u) * 2 + 1) * kT);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        A dxo[CH];
+        step<true, true>(xv[u], gv[u], true, 0, dxo);
+        stp<T, CH>(dq + u * sd, P::make(dxo));
+      }
+      if (i + NS < stages) fill(slot, xq + NS * U * sx, gq + NS * U * sg);
+      cp_async_commit();
+      xq += U * sx;
+      gq += U * sg;
+      dq += U * sd;
+      slot = slot + 1 == NS ? 0 : slot + 1;
+    }
+    return tp + stages * U;
+  }
+
   // dx tokens [t, e) of sequence q (channels d0 .. d0+CH); dy present.
+  // ring: the thread's first slot of the FULL instance's stage (else unused).
   template <bool FULL>
   __device__ void segment(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
-                          int64_t e) {
+                          int64_t e, P* ring) {
     const int64_t sx = a.x.s1, sg = a.dy.s1, sd = a.dx.s1;
     T* dp = row_ptr<T>(a.dx, q.b, d0);
     if (q.pad) {  // a padding run of seq_idx: dx = 0, no partial, no state term
@@ -176,19 +229,12 @@ struct TmBwd {
     for (const int64_t w_end = fast_begin < stop ? fast_begin : stop; tp < w_end; ++tp) generic(tp);
     // Hot loop: own tokens, in sequence, dx out, no dht.  (No prefetch of the
     // next step here: its registers made ptxas spill at the 2-blocks/SM cap,
-    // also in the FULL instance, tried with ping-pong buffers.)
-    for (; tp + kUnroll <= fast_end; tp += kUnroll) {
-      if constexpr (FULL) {
-        // L2 prefetch of the next step's x and dy (no registers held, unlike
-        // a register prefetch): its loads then wait on L2, not on DRAM.
-        if (tp + 2 * kUnroll <= fast_end) {
-#pragma unroll
-          for (int u = 0; u < kUnroll; ++u) {
-            prefetch_l2(xp + (tp + kUnroll + u) * sx);
-            prefetch_l2(gp + (tp + kUnroll + u) * sg);
-          }
-        }
-      }
+    // also in the FULL instance, tried with ping-pong buffers; the FULL
+    // instance stages its loads in shared memory instead.)
+    if constexpr (FULL) {
+      if (fast_end > tp) tp = stream_staged(xp, gp, dp, sx, sg, sd, tp, fast_end, ring);
+    }
+    for (; !FULL && tp + kUnroll <= fast_end; tp += kUnroll) {
       P xv[kUnroll], gv[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) xv[u] = ldp<T, CH>(xp + (tp + u) * sx);
@@ -197,10 +243,8 @@ struct TmBwd {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         A dxo[CH];
-        step<true, FULL>(xv[u], gv[u], true, 0, dxo);
-        if (FULL || dp) {
-          stp<T, CH>(dp + (tp + u - H) * sd, P::make(dxo));
-        }
+        step<true, false>(xv[u], gv[u], true, 0, dxo);
+        if (dp) stp<T, CH>(dp + (tp + u - H) * sd, P::make(dxo));
       }
     }
     for (; tp < stop; ++tp) generic(tp);
@@ -208,21 +252,24 @@ struct TmBwd {
 };
 
 // The full-window instance (FULL: 16-bit vectors, W == WMAX, SiLU, dx, dy and
-// dweight/dbias wanted, tiles of at least kBwdFullMinTileT tokens) is its own
-// kernel, chosen on the host (full_instance): each kernel's registers are then
-// allocated for its own loop (as one kernel, the generic steps spilled more).
+// dweight/dbias wanted, tiles of at least kBwdFullMinTileT tokens: the plan's
+// full_bwd) is its own kernel: each kernel's registers are then allocated for
+// its own loop (as one kernel, the generic steps spilled more).  It stages x
+// and dy in a static shared-memory ring (stream_staged) and reduces the
+// partials in the same memory afterwards.
 template <class T, int WMAX, int CH>
 constexpr bool kHasFull = CH > 1 && sizeof(T) == 2;
-template <class T, int WMAX, int CH>
-bool full_instance(const Args& a) {
-  return kHasFull<T, WMAX, CH> && a.W == WMAX && a.act == SC_ACT_SILU && a.dx.p && a.dy.p &&
-         (a.dweight.p || a.dbias.p) && a.tile_t >= TmTraits::kBwdFullMinTileT;
-}
 
 template <class T, int WMAX, int CH, bool FULL>
 __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm) bwd_tm(const Args a) {
   using A = acc_t<T>;
+  using P = Pack<T, CH>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  static_assert(!FULL || P::kBytes <= TmTraits::kFullPackBytes, "the ring's slots hold one pack");
+  constexpr int kRing = FULL ? TmTraits::kBwdStages * TmTraits::kBwdTokens * 2 * TmTraits::kThreads : 1;
+  __shared__ __align__(16) P ring[kRing];
+  static_assert(!FULL || TmTraits::bwd_smem(1, TmTraits::kThreads, CH, WMAX, sizeof(A)) <= sizeof(P) * kRing,
+                "the block's reduction fits in the ring");
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   const bool active = tile < a.ntiles && d0 < a.D;
@@ -250,8 +297,9 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
   if (active) {
     int64_t b, tb, te;
     tile_range(a, tile, &b, &tb, &te);
+    P* slot0 = ring + (threadIdx.y * blockDim.x + threadIdx.x);
     for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
-      k.template segment<FULL>(a, q, n, d0, t, e);
+      k.template segment<FULL>(a, q, n, d0, t, e, slot0);
     });
 #pragma unroll
     for (int c = 0; c < CH; ++c) {  // partials of dpre / scale -> of dpre (exact)
@@ -268,7 +316,10 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
   // threads read consecutive words: no bank conflicts), rather than one warp
   // summing all of them (its serial tail held the block's SM slot).
   constexpr int E = CH * (WMAX + 1);
-  A* red = reinterpret_cast<A*>(smem_raw);
+  // (FULL: in the ring, once every thread of the block is done with its slots;
+  // their last commit groups are empty)
+  A* red = FULL ? reinterpret_cast<A*>(ring) : reinterpret_cast<A*>(smem_raw);
+  if constexpr (FULL) __syncthreads();
   const int cx = int(blockDim.x), ty = int(blockDim.y);
   A* mine = red + (int64_t(threadIdx.y) * cx + threadIdx.x) * E;
 #pragma unroll
@@ -690,7 +741,7 @@ struct BwdKernels {
   template <class T, int WMAX, int CH>
   static cudaError_t tm(const Plan& pl, const Args& a, Launch* l) {
     if constexpr (kHasFull<T, WMAX, CH>) {
-      if (full_instance<T, WMAX, CH>(a)) return l->main("bwd_tm(vector, full window)", bwd_tm<T, WMAX, CH, true>, pl, a);
+      if (pl.full_bwd) return l->main("bwd_tm(vector, full window)", bwd_tm<T, WMAX, CH, true>, pl, a);
     }
     return l->main(CH > 1 ? "bwd_tm(vector)" : "bwd_tm(scalar)", bwd_tm<T, WMAX, CH, false>, pl, a);
   }

@@ -340,12 +340,6 @@ __device__ __forceinline__ Pack<T, CH> pack_of(const uint4& r) {
   return v;
 }
 
-// Hint: fetch the line holding p into L2 (no register, no fault semantics
-// needed: callers pass addresses inside the tensor).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 // Element (batch row b, token 0, channel d) of an activation tensor as a typed
 // pointer (x, residual, y, dy, dx: [B, T, D] element strides s0, s1, s2);
 // nullptr when the tensor is absent.

@@ -15,8 +15,8 @@
 //   sequences: the thread walks them (binary search for the first), and the
 //   window of each starts from that sequence's own h0 (or zeros), never from
 //   another sequence's rows.  Block = cx threads along channels x ty tiles.
-//   The 16-bit full-window SiLU instance without residual (FULL) receives x
-//   through the thread's own slots of a shared-memory ring filled by
+//   The 16-bit full-window SiLU instance (FULL) receives x (and the residual:
+//   RES) through the thread's own slots of a shared-memory ring filled by
 //   cp.async (stream_staged): no slot is shared, so no barrier.
 // - fwd_cm<T, WMAX, FULL>: channel-major (stride_t == 1, dense).  A warp owns
 //   one (batch, channel) row and a tile of tokens; each lane a 16-byte vector
@@ -95,8 +95,9 @@ struct TmFwd {
   }
 
   // Tokens [t, e) of sequence q (all inside it), channels d0 .. d0+CH.
-  // ring: the thread's first slot of the FULL instance's stage (else unused).
-  template <bool FULL>
+  // ring: the thread's first slot of the FULL instance's stage (else unused);
+  // RES: the FULL instance has a residual (compile-time).
+  template <bool FULL, bool RES>
   __device__ void segment(const Args& a, const Seq& q, int64_t n, int64_t d0, int64_t t,
                           int64_t e, P* ring) {
     if (q.pad) {  // a padding run of seq_idx: y = 0
@@ -116,49 +117,59 @@ struct TmFwd {
     T* yq = yp + tok * sy;
     if constexpr (!k16Bit) {
       stream_copy<FULL>(xq, rq, yq, sx, sr, sy, e - tok);
-    } else if constexpr (FULL) {  // (no residual: the plan's full_fwd)
-      stream_staged(xq, yq, sx, sy, e - tok, ring);
+    } else if constexpr (FULL) {  // (the plan's full_fwd)
+      stream_staged<RES>(xq, rq, yq, sx, sr, sy, e - tok, ring);
     } else {
       stream(xq, rq, yq, sx, sr, sy, e - tok);
     }
   }
 
-  // The FULL instance's tokens xq[0 .. len): x staged through the thread's
-  // ring slots (slot (s, u) at ring[(s * kFullTokens + u) * kThreads]: a
-  // warp's 32 packs adjacent, conflict-free), kFullStages stages of
+  // The FULL instance's tokens xq[0 .. len): x (and with RES the residual)
+  // staged through the thread's ring slots (slot (s, u, j) at
+  // ring[((s * kFullTokens + u) * K + j) * kThreads], K = 1 + RES packs per
+  // token: a warp's 32 packs adjacent, conflict-free), NS stages of
   // kFullTokens tokens in flight before the first is used; stage i is
-  // refilled with stage i + kFullStages after its tokens were read back and
-  // computed (the reads' values are used first: no write-after-read race).
-  // Every iteration commits one group (empty past the end), so the wait
-  // count is one constant.  The last len % kFullTokens tokens: tail().
-  __device__ __forceinline__ void stream_staged(const T* xq, T* yq, int64_t sx, int64_t sy,
-                                                int64_t len, P* ring) {
-    constexpr int NS = TmTraits::kFullStages, U = TmTraits::kFullTokens, kT = TmTraits::kThreads;
+  // refilled with stage i + NS after its tokens were read back and computed
+  // (the reads' values are used first: no write-after-read race).  Every
+  // iteration commits one group (empty past the end), so the wait count is
+  // one constant.  The last len % kFullTokens tokens: tail().
+  template <bool RES>
+  __device__ __forceinline__ void stream_staged(const T* xq, const T* rq, T* yq, int64_t sx,
+                                                int64_t sr, int64_t sy, int64_t len, P* ring) {
+    constexpr int NS = TmTraits::full_stages(RES), U = TmTraits::kFullTokens, kT = TmTraits::kThreads;
+    constexpr int K = RES ? 2 : 1;
     const int64_t stages = len / U;
-    auto fill = [&](int slot, const T* src) {
+    auto fill = [&](int slot, const T* xs, const T* rs) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) cp_async_pack<T, CH>(ring + (slot * U + u) * kT, src + u * sx);
+      for (int u = 0; u < U; ++u) {
+        cp_async_pack<T, CH>(ring + ((slot * U + u) * K) * kT, xs + u * sx);
+        if constexpr (RES) cp_async_pack<T, CH>(ring + ((slot * U + u) * K + 1) * kT, rs + u * sr);
+      }
     };
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
-      if (s < stages) fill(s, xq + s * U * sx);
+      if (s < stages) fill(s, xq + s * U * sx, RES ? rq + s * U * sr : rq);
       cp_async_commit();
     }
     int slot = 0;
     for (int64_t i = 0; i < stages; ++i) {
       cp_async_wait<NS - 1>();  // stage i has landed
-      P xv[U];
+      P xv[U], rv[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) xv[u] = lds_pack<T, CH>(ring + (slot * U + u) * kT);
+      for (int u = 0; u < U; ++u) {
+        xv[u] = lds_pack<T, CH>(ring + ((slot * U + u) * K) * kT);
+        rv[u] = RES ? lds_pack<T, CH>(ring + ((slot * U + u) * K + 1) * kT) : P::zero();
+      }
 #pragma unroll
-      for (int u = 0; u < U; ++u) stp<T, CH>(yq + u * sy, step<true>(xv[u], P::zero(), false));
-      if (i + NS < stages) fill(slot, xq + NS * U * sx);
+      for (int u = 0; u < U; ++u) stp<T, CH>(yq + u * sy, step<true>(xv[u], rv[u], RES));
+      if (i + NS < stages) fill(slot, xq + NS * U * sx, RES ? rq + NS * U * sr : rq);
       cp_async_commit();
       xq += U * sx;
+      if constexpr (RES) rq += U * sr;
       yq += U * sy;
       slot = slot + 1 == NS ? 0 : slot + 1;
     }
-    tail<true>(xq, nullptr, yq, sx, 0, sy, len - stages * U, false);
+    tail<true>(xq, rq, yq, sx, sr, sy, len - stages * U, RES);
   }
 
   // fp32: U tokens prefetched into a second buffer copied over at each step
@@ -271,8 +282,8 @@ struct TmFwd {
   }
 };
 
-// The full-window SiLU instance (FULL: 16-bit vectors, W == WMAX, no
-// residual; the plan's full_fwd) is a kernel of its own, as the backward's:
+// The full-window SiLU instance (FULL: 16-bit vectors, W == WMAX; the plan's
+// full_fwd; RES: with a residual) is a kernel of its own, as the backward's:
 // in one kernel with the generic instance its code was twice as long (both
 // loops, one register allocation); split, the dense bf16 forward+backward ran
 // 393.3 -> 385.0 us and the small shape's 35.2 -> 30.2 (H200, same run).
@@ -284,13 +295,14 @@ struct TmFwd {
 template <class T, int WMAX, int CH>
 constexpr bool kFwdHasFull = CH > 1 && sizeof(T) == 2;
 
-template <class T, int WMAX, int CH, bool FULL>
+template <class T, int WMAX, int CH, bool FULL, bool RES = false>
 __global__ void __launch_bounds__(TmTraits::kThreads, FULL ? TmTraits::kFullMinBlocks : TmTraits::kMinBlocksPerSm)
     fwd_tm(const Args a) {
   using A = acc_t<T>;
   using P = Pack<T, CH>;
   static_assert(!FULL || P::kBytes <= TmTraits::kFullPackBytes, "the ring's slots hold one pack");
-  __shared__ __align__(16) P ring[FULL ? TmTraits::kFullStages * TmTraits::kFullTokens * TmTraits::kThreads : 1];
+  static_assert(FULL || !RES, "RES is a form of the FULL instance");
+  __shared__ __align__(16) P ring[FULL ? TmTraits::full_stages(RES) * TmTraits::kFullTokens * (RES ? 2 : 1) * TmTraits::kThreads : 1];
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (tile >= a.ntiles || d0 >= a.D) return;
@@ -303,7 +315,7 @@ __global__ void __launch_bounds__(TmTraits::kThreads, FULL ? TmTraits::kFullMinB
   tile_range(a, tile, &b, &tb, &te);
   P* slot0 = ring + (threadIdx.y * blockDim.x + threadIdx.x);
   for_each_segment(a, b, tb, te, [&](const Seq& q, int64_t n, int64_t t, int64_t e) {
-    k.template segment<FULL>(a, q, n, d0, t, e, slot0);
+    k.template segment<FULL, RES>(a, q, n, d0, t, e, slot0);
   });
 }
 
@@ -499,8 +511,9 @@ struct FwdKernels {
   template <class T, int WMAX, int CH>
   static cudaError_t tm(const Plan& pl, const Args& a, Launch* l) {
     if constexpr (kFwdHasFull<T, WMAX, CH>) {
-      if (pl.full_fwd)
-        return l->main("fwd_tm(vector, full window)", fwd_tm<T, WMAX, CH, true>, pl, a);
+      if (pl.full_fwd && a.residual.p)
+        return l->main("fwd_tm(vector, full window, residual)", fwd_tm<T, WMAX, CH, true, true>, pl, a);
+      if (pl.full_fwd) return l->main("fwd_tm(vector, full window)", fwd_tm<T, WMAX, CH, true>, pl, a);
     }
     return l->main(CH > 1 ? "fwd_tm(vector)" : "fwd_tm(scalar)", fwd_tm<T, WMAX, CH, false>, pl, a);
   }

@@ -108,7 +108,7 @@ void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
              : path == Path::token_major_scalar ? kNarrowWmax.for_width(p.W)
                                                 : 0;
   pl->full_fwd = path == Path::token_major_vec && !bwd && dtype_size(p.act_dtype) == 2 && p.W == pl->wmax &&
-                 p.act == SC_ACT_SILU && !p.residual.data;
+                 p.act == SC_ACT_SILU;
   const int threads = path == Path::general ? GeneralTraits::kThreads : TmTraits::kThreads;
   const int64_t cols = ceil_div(p.D, pl->ch);
   int cx;
@@ -141,7 +141,10 @@ void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
   pl->block_y = ty;
   pl->grid_x = ceil_div(pl->ntiles, ty);
   pl->grid_y = ceil_div(p.D, int64_t(cx) * pl->ch);
-  if (bwd && path != Path::general)
+  pl->full_bwd = path == Path::token_major_vec && bwd && dtype_size(p.act_dtype) == 2 && p.W == pl->wmax &&
+                 p.act == SC_ACT_SILU && p.dx && p.dy && (p.dweight || p.dbias) &&
+                 pl->tile_t >= TmTraits::kBwdFullMinTileT;
+  if (bwd && path != Path::general && !pl->full_bwd)  // (the full instance reduces in its ring)
     pl->smem = TmTraits::bwd_smem(cx, ty, pl->ch, pl->wmax, p.act_dtype == SC_F64 ? 8 : 4);
 }
 

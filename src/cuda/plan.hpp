@@ -47,7 +47,10 @@ struct Plan {
   int wmax = 0;             // window bound instance (kTmVecWmax / kNarrowWmax); 0: general
   int ch = 1;               // token-major: channels per thread
   bool full_fwd = false;    // token-major vector forward: the 16-bit full-window SiLU instance
-                            // (W == wmax, no residual; x staged in shared memory)
+                            // (W == wmax; x and a residual staged in shared memory)
+  bool full_bwd = false;    // token-major vector backward: the 16-bit full-window SiLU instance
+                            // (W == wmax, dx and dweight or dbias wanted, tiles of at least
+                            // kBwdFullMinTileT; x and dy staged in shared memory, no dynamic)
   int vec = 1;              // channel-major: tokens per lane (one 16-byte vector)
   int block_x = 1, block_y = 1;  // threads per block (token-major, general: cx along channels x ty tiles)
   int64_t grid_x = 0, grid_y = 1;  // blocks (grid.x: tiles; grid.y: channel groups)

@@ -81,7 +81,13 @@ struct TmTraits {
   static constexpr int kFullTokens = 4;     // tokens per stage
   static constexpr int kFullMinBlocks = 3;  // its register cap: blocks per SM (80 registers)
   static constexpr int kFullPackBytes = 8;                // the widest 16-bit pack (CH = 4 at W <= 4)
-  static constexpr size_t kFullRingBytes = size_t(kFullStages) * kFullTokens * kThreads * kFullPackBytes;
+  // With a residual the ring holds two packs per token (x, residual) in
+  // fewer stages, within the same 48 KB bound.
+  static constexpr int kFullResStages = 3;
+  static SC_TRAIT int full_stages(bool res) { return res ? kFullResStages : kFullStages; }
+  static SC_TRAIT size_t full_ring_bytes(bool res) {
+    return size_t(full_stages(res)) * kFullTokens * (res ? 2 : 1) * kThreads * kFullPackBytes;
+  }
   // Threads of one wave of the forward (the planner's tile sizing).
   static SC_TRAIT int fwd_resident_threads(bool full) {
     return full ? kThreads * kFullMinBlocks : kResidentThreads;
@@ -99,6 +105,17 @@ struct TmTraits {
   static constexpr int64_t kMaxTileTBwd = 512;
   static constexpr int64_t kMinWaves = 3;           // forward beyond one wave of kMaxTileT tiles: >= this many waves
   static constexpr int64_t kBwdFullMinTileT = 16;   // shortest tile taking the full-window backward instance
+  // The 16-bit full-window SiLU backward (bwd_tm's FULL instance, the plan's
+  // full_bwd) takes x and dy the same way: the thread's slots of a ring of
+  // kBwdStages stages of kBwdTokens tokens, two packs each.  After the tiles
+  // the ring holds the block's dweight/dbias reduction (bwd_smem fits in it),
+  // so the instance takes no dynamic shared memory.  (H200, bf16 8x4096x4096
+  // f+b against the register loop with L2 prefetches: W = 8 518.7 -> 493.2 us,
+  // W = 3 365.1 -> 360.3, W = 4 382.8 -> 383.2; 3 stages of 4 tokens: W = 4
+  // 392.9, W = 8 517.6.)
+  static constexpr int kBwdStages = 4;  // ring stages (one cp.async group each)
+  static constexpr int kBwdTokens = 3;  // tokens per stage (x and dy: two packs each)
+  static constexpr size_t kBwdRingBytes = size_t(kBwdStages) * kBwdTokens * 2 * kThreads * kFullPackBytes;
   // Shared memory of bwd_tm: the block's dweight/dbias partials, one row of
   // ch * (WMAX + 1) accumulators per thread.
   static SC_TRAIT size_t bwd_smem(int cx, int ty, int ch, int wmax, int acc_bytes) {
@@ -108,8 +125,11 @@ struct TmTraits {
   static_assert(kThreads % kMaxCx == 0 && kThreads % kFullMaxCx == 0, "cx * ty = kThreads");
   static_assert(kMinTileT >= 1 && kMinTileT <= kMaxTileT && kMaxTileT <= kMaxTileTBwd, "tile bounds");
   static_assert(kFullStages >= 2 && kFullTokens >= 1, "a stage computed while the next is in flight");
-  static_assert(kFullRingBytes <= 48 * 1024, "the ring is static shared memory (48 KB at most)");
+  static_assert(kFullResStages >= 2, "a stage computed while the next is in flight");
+  static_assert(kBwdStages >= 2 && kBwdTokens >= 1 && kBwdRingBytes <= 48 * 1024, "the backward's ring, likewise");
 };
+static_assert(TmTraits::full_ring_bytes(false) <= 48 * 1024 && TmTraits::full_ring_bytes(true) <= 48 * 1024,
+              "the forward's ring is static shared memory (48 KB at most)");
 
 // fwd_cm / bwd_cm: a warp owns a (batch, channel) row tile, a lane kVec
 // consecutive tokens (one 16-byte vector) per step.

@@ -175,9 +175,9 @@ TEST(CudaPlan, PlansNameInstantiatedKernelsAndCoverTheWork) {
   }
 }
 
-// The 16-bit full-window SiLU forward (x staged in shared memory, its own
-// register cap) is planned exactly for W == the window bound, SiLU, no
-// residual; its waves are sized with its residency.
+// The 16-bit full-window SiLU forward (x, and a residual, staged in shared
+// memory, its own register cap) is planned exactly for W == the window bound
+// and SiLU; its waves are sized with its residency.
 TEST(CudaPlan, FullWindowForwardInstance) {
   static char buffer[64] alignas(64);
   auto make = [&](sc_dtype dt, int W, sc_activation act, bool residual) {
@@ -209,12 +209,15 @@ TEST(CudaPlan, FullWindowForwardInstance) {
     for (int W : {2, 3, 4, 8}) {
       const Plan pl = plan_for(make(dt, W, SC_ACT_SILU, false), Path::token_major_vec, 132);
       EXPECT_TRUE(pl.full_fwd) << "W=" << W;
-      // Its tiles are the generic instance's (here: with a residual) on a
+      EXPECT_TRUE(plan_for(make(dt, W, SC_ACT_SILU, true), Path::token_major_vec, 132).full_fwd) << "W=" << W;
+      EXPECT_EQ(pl.smem, 0u);  // (its ring is static)
+      // Its tiles are the generic instance's (here: without SiLU) on a
       // device with as many more SMs as it has more resident threads per SM.
       static_assert(132 * TmTraits::kFullMinBlocks % TmTraits::kMinBlocksPerSm == 0, "whole SMs");
       const int sms = 132 * TmTraits::kFullMinBlocks / TmTraits::kMinBlocksPerSm;
-      EXPECT_EQ(pl.tile_t, plan_for(make(dt, W, SC_ACT_SILU, true), Path::token_major_vec, sms).tile_t);
-      EXPECT_FALSE(plan_for(make(dt, W, SC_ACT_SILU, true), Path::token_major_vec, 132).full_fwd);
+      const Plan generic = plan_for(make(dt, W, SC_ACT_NONE, false), Path::token_major_vec, sms);
+      EXPECT_FALSE(generic.full_fwd);
+      EXPECT_EQ(pl.tile_t, generic.tile_t);
       EXPECT_FALSE(plan_for(make(dt, W, SC_ACT_NONE, false), Path::token_major_vec, 132).full_fwd);
     }
   // W below the bound (5..7 take the 8-tap instance), fp32, and the backward: generic.
@@ -225,6 +228,80 @@ TEST(CudaPlan, FullWindowForwardInstance) {
   b.y = View();
   b.dx = b.dy = b.x;
   EXPECT_FALSE(plan_for(b, Path::token_major_vec, 132).full_fwd);
+}
+
+// The 16-bit full-window SiLU backward (x and dy staged in shared memory, the
+// block's reduction in the same ring: no dynamic shared memory) is planned
+// exactly for W == the window bound, SiLU, dx and dy present, dweight or dbias
+// wanted, and tiles of at least kBwdFullMinTileT tokens.
+TEST(CudaPlan, FullWindowBackwardInstance) {
+  static char buffer[64] alignas(64);
+  auto make = [&](sc_dtype dt, int W, sc_activation act) {
+    Problem p;
+    p.dir = Dir::bwd;
+    p.W = W;
+    p.S = W - 1;
+    p.act = act;
+    p.act_dtype = dt;
+    p.B = 8;
+    p.T = 4096;
+    p.D = 4096;
+    p.N = p.B;
+    View v;
+    v.present = true;
+    v.data = buffer;
+    v.dtype = dt;
+    v.shape[0] = p.B;
+    v.shape[1] = p.T;
+    v.shape[2] = p.D;
+    v.stride[2] = 1;
+    v.stride[1] = p.D;
+    v.stride[0] = p.T * p.D;
+    p.x = p.dy = p.dx = v;
+    View w;
+    w.present = true;
+    w.data = buffer;
+    w.dtype = dt;
+    w.shape[0] = p.D;
+    w.shape[1] = W;
+    w.stride[0] = W;
+    w.stride[1] = 1;
+    p.weight = p.dweight = w;
+    return p;
+  };
+  auto generic_smem = [](const Plan& pl, int acc_bytes) {
+    return TmTraits::bwd_smem(pl.block_x, pl.block_y, pl.ch, pl.wmax, acc_bytes);
+  };
+  for (sc_dtype dt : {SC_BF16, SC_F16})
+    for (int W : {2, 3, 4, 8}) {
+      const Plan pl = plan_for(make(dt, W, SC_ACT_SILU), Path::token_major_vec, 132);
+      EXPECT_TRUE(pl.full_bwd) << "W=" << W;
+      EXPECT_FALSE(pl.full_fwd);
+      EXPECT_EQ(pl.smem, 0u) << "W=" << W;
+      // The reduction fits in the ring: kThreads rows of ch * (wmax + 1) fp32.
+      EXPECT_LE(generic_smem(pl, 4), TmTraits::kBwdRingBytes);
+      const Plan none = plan_for(make(dt, W, SC_ACT_NONE), Path::token_major_vec, 132);
+      EXPECT_FALSE(none.full_bwd);
+      EXPECT_EQ(none.smem, generic_smem(none, 4));
+      Problem no_dw = make(dt, W, SC_ACT_SILU);
+      no_dw.dweight = View();
+      EXPECT_FALSE(plan_for(no_dw, Path::token_major_vec, 132).full_bwd);
+      no_dw.dbias = no_dw.weight;  // (a bias gradient alone takes it too)
+      no_dw.dbias.shape[1] = 1;
+      EXPECT_TRUE(plan_for(no_dw, Path::token_major_vec, 132).full_bwd);
+      Problem no_dx = make(dt, W, SC_ACT_SILU);
+      no_dx.dx = View();
+      EXPECT_FALSE(plan_for(no_dx, Path::token_major_vec, 132).full_bwd);
+      Problem short_tiles = make(dt, W, SC_ACT_SILU);
+      short_tiles.exec.tile_t = TmTraits::kBwdFullMinTileT / 2;
+      const Plan sp = plan_for(short_tiles, Path::token_major_vec, 132);
+      EXPECT_FALSE(sp.full_bwd);
+      EXPECT_EQ(sp.smem, generic_smem(sp, 4));
+      short_tiles.exec.tile_t = TmTraits::kBwdFullMinTileT;
+      EXPECT_TRUE(plan_for(short_tiles, Path::token_major_vec, 132).full_bwd);
+    }
+  EXPECT_FALSE(plan_for(make(SC_BF16, 6, SC_ACT_SILU), Path::token_major_vec, 132).full_bwd);
+  EXPECT_FALSE(plan_for(make(SC_F32, 4, SC_ACT_SILU), Path::token_major_vec, 132).full_bwd);
 }
 
 TEST(CudaPlan, ForcedTilesBeyondTheAxisAreTheWholeAxis) {

@@ -122,19 +122,24 @@ TEST(Cuda, GeneralPathWide) {
 }
 
 // Vector token-major path over many blocks: D a multiple of every vector
-// width, long rows, automatic and forced tiles, all widths of the fast paths.
+// width, long rows, automatic and forced tiles, all widths of the fast paths,
+// with and without a residual.
 TEST(Cuda, TokenMajorVectorSizes) {
   REQUIRE_GPU();
   for (sc_dtype dt : {SC_BF16, SC_F16, SC_F32})
     for (int W : {1, 2, 3, 4, 5, 8, 12, 16})
-      for (int64_t tile : {0, 1, 3, 64}) {
-        Case c = base(dt, W, 3, 203, 64);
-        // SiLU where a full-window instance exists (16-bit W = 2, 3, 4, 8;
-        // tile 64 takes the backward's), no activation on the padded widths
-        c.act = (W == 1 || W == 5 || W == 12) ? SC_ACT_NONE : SC_ACT_SILU;
-        c.tile_t = tile;
-        EXPECT_CASE(c);
-      }
+      for (int64_t tile : {0, 1, 3, 16, 20, 64})
+        for (bool residual : {true, false}) {
+          Case c = base(dt, W, 3, 203, 64);
+          // SiLU where a full-window instance exists (16-bit W = 2, 3, 4, 8;
+          // tiles of 16 tokens and more take the backward's: its staged loop
+          // then ends inside, on and off a whole stage), no activation on the
+          // padded widths
+          c.act = (W == 1 || W == 5 || W == 12) ? SC_ACT_NONE : SC_ACT_SILU;
+          c.tile_t = tile;
+          c.residual = residual;
+          EXPECT_CASE(c);
+        }
 }
 
 // Packed batches on the vector path: zero-length sequences, sequences
