@@ -4,9 +4,10 @@
 #
 #   GPU_VARIANTS='base: ; stages6:-DSC_SOME_KNOB=6' scripts/gpu_variants.sh [out-dir]
 #
-# GPU_VARIANTS: `name:nvcc flags` entries separated by `;` (the flags go to
-#   CMAKE_CUDA_FLAGS, e.g. -D macros a change under measurement reads with
-#   #ifndef defaults; an empty entry builds the tree as it is).
+# GPU_VARIANTS: `name:flags` entries separated by `;` (the flags go to
+#   CMAKE_CUDA_FLAGS and CMAKE_CXX_FLAGS, so that the host planner sees them
+#   too: -D macros a change under measurement reads with #ifndef defaults; an
+#   empty entry builds the tree as it is).
 # GPU_VARIANT_SRC_<name>: another source tree for that variant (e.g. an older
 #   commit from `git archive`), default this tree.
 # GPU_VARIANT_ROWS: `shortconv bench` argument sets separated by `;` (default:
@@ -32,7 +33,7 @@ for v in "${VARIANTS[@]}"; do
   names+=("$name")
   ( cmake -S "$src" -B "/tmp/sc-var-$name" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DSHORTCONV_CUDA=ON -DSHORTCONV_BUILD_TESTS=OFF \
-      "-DCMAKE_CUDA_FLAGS=$flags" >"$O/build_$name.log" 2>&1 \
+      "-DCMAKE_CUDA_FLAGS=$flags" "-DCMAKE_CXX_FLAGS=$flags" >"$O/build_$name.log" 2>&1 \
     && cmake --build "/tmp/sc-var-$name" -j"$JOBS" --target shortconv shortconv_cli >>"$O/build_$name.log" 2>&1
     echo "$name rc=$? $(( $(date +%s) - t0 ))s" >>"$O/builds.txt" ) &
 done

@@ -152,6 +152,8 @@ struct TmBwd {
       cp_async_commit();
     }
     int slot = 0;
+    constexpr int kStageUnroll = TmTraits::kBwdUnroll;
+#pragma unroll kStageUnroll
     for (int64_t i = 0; i < stages; ++i) {
       cp_async_wait<NS - 1>();  // stage i has landed
       P xv[U], gv[U];
@@ -270,6 +272,7 @@ __global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm)
   __shared__ __align__(16) P ring[kRing];
   static_assert(!FULL || TmTraits::bwd_smem(1, TmTraits::kThreads, CH, WMAX, sizeof(A)) <= sizeof(P) * kRing,
                 "the block's reduction fits in the ring");
+  static_assert(sizeof(P) * kRing <= 48 * 1024, "the ring is static shared memory (48 KB at most)");
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   const bool active = tile < a.ntiles && d0 < a.D;

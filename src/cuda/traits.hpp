@@ -104,7 +104,10 @@ struct TmTraits {
   // (H200: f+b -1% to -4% on the dense, long and packed shapes against 256).
   static constexpr int64_t kMaxTileTBwd = 512;
   static constexpr int64_t kMinWaves = 3;           // forward beyond one wave of kMaxTileT tiles: >= this many waves
-  static constexpr int64_t kBwdFullMinTileT = 16;   // shortest tile taking the full-window backward instance
+  // Shortest tile taking the full-window backward instance.  (H200, 2026-12-04: 32, so that
+  // the small 1x2048x2048 shape's 16-token tiles take the generic instance, made its f+b
+  // 32.0 -> 33.9 us.)
+  static constexpr int64_t kBwdFullMinTileT = 16;
   // The 16-bit full-window SiLU backward (bwd_tm's FULL instance, the plan's
   // full_bwd) takes x and dy the same way: the thread's slots of a ring of
   // kBwdStages stages of kBwdTokens tokens, two packs each.  After the tiles
@@ -116,6 +119,15 @@ struct TmTraits {
   static constexpr int kBwdStages = 4;  // ring stages (one cp.async group each)
   static constexpr int kBwdTokens = 3;  // tokens per stage (x and dy: two packs each)
   static constexpr size_t kBwdRingBytes = size_t(kBwdStages) * kBwdTokens * 2 * kThreads * kFullPackBytes;
+  // Stages per trip of the ring loop: two, so that the window registers a
+  // trip hands to the next are those the previous trip filled (W <= 4: 6
+  // tokens, a multiple of W - 1) and the compiler needs no moves between
+  // trips.  (H200, bf16, f+b against one stage per trip, same call: dense
+  // W = 4 378.6 -> 374.1 us, long 741.3 -> 722.8, packed 773.2 -> 762.8, W = 8
+  // 494.3 -> 492.4, W = 2, 3 within 0.3%; W = 8 with 7-token stages, 3 of them,
+  // also move-free and 14% fewer instructions per element: 493.4.  SASS of
+  // the W = 4 loop: 33 -> 30 instructions per element, no spill in it.)
+  static constexpr int kBwdUnroll = 2;
   // Shared memory of bwd_tm: the block's dweight/dbias partials, one row of
   // ch * (WMAX + 1) accumulators per thread.
   static SC_TRAIT size_t bwd_smem(int cx, int ty, int ch, int wmax, int acc_bytes) {
@@ -127,6 +139,7 @@ struct TmTraits {
   static_assert(kFullStages >= 2 && kFullTokens >= 1, "a stage computed while the next is in flight");
   static_assert(kFullResStages >= 2, "a stage computed while the next is in flight");
   static_assert(kBwdStages >= 2 && kBwdTokens >= 1 && kBwdRingBytes <= 48 * 1024, "the backward's ring, likewise");
+  static_assert(kBwdUnroll >= 1, "at least one stage per trip");
 };
 static_assert(TmTraits::full_ring_bytes(false) <= 48 * 1024 && TmTraits::full_ring_bytes(true) <= 48 * 1024,
               "the forward's ring is static shared memory (48 KB at most)");
