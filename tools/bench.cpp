@@ -220,8 +220,10 @@ std::vector<Shape> default_shapes(const Options& opt, bool device, int W, Layout
     add("small 1x2048x2048", 1, 2048, 2048, 0, false, Layout::token_major, W, {SC_BF16});
     if (!opt.has("--layout"))
       add("dense 8x4096x4096 chan-major", 8, 4096, 4096, 0, false, Layout::channel_major, W, {SC_BF16});
-    if (!opt.has("--width"))
+    if (!opt.has("--width")) {
       add("dense 8x4096x4096 W=8", 8, 4096, 4096, 0, false, Layout::token_major, 8, {SC_BF16});
+      add("dense 8x4096x4096 W=16", 8, 4096, 4096, 0, false, Layout::token_major, 16, {SC_BF16, SC_F32});
+    }
     add("dense 8x4096x4096 +residual", 8, 4096, 4096, 0, false, Layout::token_major, W, {SC_BF16});
     shapes.back().residual = true;
   } else {

@@ -77,6 +77,7 @@ def default_shapes(device, W):
             Shape("small 1x2048x2048", *SMALL, W=W),
             Shape("dense 8x4096x4096 chan-major", 8, 4096, 4096, layout="channel", W=W),
             Shape("dense 8x4096x4096 W=8", 8, 4096, 4096, W=8),
+            Shape("dense 8x4096x4096 W=16", 8, 4096, 4096, W=16, dtypes=("bf16", "fp32")),
         ]
     return [
         Shape("dense 4x4096x2048", 4, 4096, 2048, W=W, dtypes=("bf16", "fp32")),

@@ -263,15 +263,18 @@ template <class T, int WMAX, int CH>
 constexpr bool kHasFull = CH > 1 && sizeof(T) == 2;
 
 template <class T, int WMAX, int CH, bool FULL>
-__global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::kMinBlocksPerSm) bwd_tm(const Args a) {
+__global__ void __launch_bounds__(TmTraits::kThreads, TmTraits::min_blocks(WMAX, CH)) bwd_tm(const Args a) {
   using A = acc_t<T>;
   using P = Pack<T, CH>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   static_assert(!FULL || P::kBytes <= TmTraits::kFullPackBytes, "the ring's slots hold one pack");
-  constexpr int kRing = FULL ? TmTraits::kBwdStages * TmTraits::kBwdTokens * 2 * TmTraits::kThreads : 1;
+  // (the ring's stages, or the block's reduction where that is larger: the
+  // 16-tap instance's 17 partials of 2 channels)
+  constexpr size_t kRed = TmTraits::bwd_smem(1, TmTraits::kThreads, CH, WMAX, sizeof(A));
+  constexpr size_t kStaged = size_t(TmTraits::kBwdStages) * TmTraits::kBwdTokens * 2 * TmTraits::kThreads;
+  constexpr size_t kRing = !FULL ? 1 : kStaged * sizeof(P) >= kRed ? kStaged : (kRed + sizeof(P) - 1) / sizeof(P);
   __shared__ __align__(16) P ring[kRing];
-  static_assert(!FULL || TmTraits::bwd_smem(1, TmTraits::kThreads, CH, WMAX, sizeof(A)) <= sizeof(P) * kRing,
-                "the block's reduction fits in the ring");
+  static_assert(!FULL || kRed <= sizeof(P) * kRing, "the block's reduction fits in the ring");
   static_assert(sizeof(P) * kRing <= 48 * 1024, "the ring is static shared memory (48 KB at most)");
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
@@ -746,7 +749,8 @@ struct BwdKernels {
     if constexpr (kHasFull<T, WMAX, CH>) {
       if (pl.full_bwd) return l->main("bwd_tm(vector, full window)", bwd_tm<T, WMAX, CH, true>, pl, a);
     }
-    return l->main(CH > 1 ? "bwd_tm(vector)" : "bwd_tm(scalar)", bwd_tm<T, WMAX, CH, false>, pl, a);
+    if constexpr (WMAX > kTmWideFullOnly && CH > 1) return l->no_instance("bwd_tm(vector, wide window, generic)");
+    else return l->main(CH > 1 ? "bwd_tm(vector)" : "bwd_tm(scalar)", bwd_tm<T, WMAX, CH, false>, pl, a);
   }
   template <class T, int WMAX>
   static cudaError_t cm(const Plan& pl, const Args& a, Launch* l) {

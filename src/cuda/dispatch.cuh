@@ -47,7 +47,7 @@ bool with_wmax(int wmax, F&& f) {
 
 // The instantiated window bounds, the same sets the planner picks from.
 #define SC_TM_VEC_WMAX 4, 8
-#define SC_TM_VEC_WMAX16 2, 3, 4, 8
+#define SC_TM_VEC_WMAX16 2, 3, 4, 8, 16
 #define SC_NARROW_WMAX 4, 16
 template <int... Ws>
 constexpr bool same_set(const WmaxSet& s) {

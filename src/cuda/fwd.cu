@@ -291,12 +291,12 @@ struct TmFwd {
 // registers, 2 blocks per SM: latency-bound (ncu: 22.8% occupancy, 54% of
 // the stall samples on the loaded x), and capped at 3 blocks it spilled
 // 288-352 B.  It now stages x in shared memory (stream_staged) under its own
-// cap, TmTraits::kFullMinBlocks.
+// cap, TmTraits::full_min_blocks.
 template <class T, int WMAX, int CH>
 constexpr bool kFwdHasFull = CH > 1 && sizeof(T) == 2;
 
 template <class T, int WMAX, int CH, bool FULL, bool RES = false>
-__global__ void __launch_bounds__(TmTraits::kThreads, FULL ? TmTraits::kFullMinBlocks : TmTraits::kMinBlocksPerSm)
+__global__ void __launch_bounds__(TmTraits::kThreads, FULL ? TmTraits::full_min_blocks(WMAX) : TmTraits::min_blocks(WMAX, CH))
     fwd_tm(const Args a) {
   using A = acc_t<T>;
   using P = Pack<T, CH>;
@@ -515,7 +515,8 @@ struct FwdKernels {
         return l->main("fwd_tm(vector, full window, residual)", fwd_tm<T, WMAX, CH, true, true>, pl, a);
       if (pl.full_fwd) return l->main("fwd_tm(vector, full window)", fwd_tm<T, WMAX, CH, true>, pl, a);
     }
-    return l->main(CH > 1 ? "fwd_tm(vector)" : "fwd_tm(scalar)", fwd_tm<T, WMAX, CH, false>, pl, a);
+    if constexpr (WMAX > kTmWideFullOnly && CH > 1) return l->no_instance("fwd_tm(vector, wide window, generic)");
+    else return l->main(CH > 1 ? "fwd_tm(vector)" : "fwd_tm(scalar)", fwd_tm<T, WMAX, CH, false>, pl, a);
   }
   template <class T, int WMAX>
   static cudaError_t cm(const Plan& pl, const Args& a, Launch* l) {

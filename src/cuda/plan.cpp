@@ -33,10 +33,32 @@ bool all_act(const Problem& p, F ok) {
   return (!p.dy || ok(p.dy)) && (!p.dx || ok(p.dx));
 }
 
+// The conditions of the full-window vector instances that do not depend on
+// the tiles: W == wmax, SiLU, 16-bit; the backward with dx, dy and a weight or
+// bias gradient.
+bool full_window(const Problem& p, int wmax) {
+  if (dtype_size(p.act_dtype) != 2 || p.W != wmax || p.act != SC_ACT_SILU) return false;
+  return p.dir == Dir::fwd || (p.dx && p.dy && (p.dweight || p.dbias));
+}
+
+// The tiled token axis: B rows of T tokens, or with seq_idx one row of B*T
+// (the packed batch of semantics section 3: the tiles, and so every partial
+// sum, are those of the equivalent cu_seqlens batch).
+int64_t axis_rows(const Problem& p) { return p.seq_idx ? 1 : p.B; }
+int64_t axis_len(const Problem& p) { return p.seq_idx ? p.B * p.T : p.T; }
+
 // Channels per thread of the vector path for p (1: the path does not apply).
+// Window bounds beyond kTmWideFullOnly only in full-window form: a forced
+// backward tile shorter than kBwdFullMinTileT takes the scalar path (an
+// automatic one is made that long, plan_tm).
 int vec_channels(const Problem& p) {
   if (p.act_dtype == SC_F64) return 1;  // fp64 is correct, not fast: the scalar path
   const int wmax = tm_vec_wmax(dtype_size(p.act_dtype)).for_width(p.W);
+  if (wmax > kTmWideFullOnly &&
+      (!full_window(p, wmax) ||
+       (p.dir == Dir::bwd && p.exec.tile_t > 0 &&
+        clamp_tile(p.exec.tile_t, axis_len(p)) < TmTraits::kBwdFullMinTileT)))
+    return 1;
   return wmax ? tm_vec_channels(dtype_size(p.act_dtype), wmax) : 1;
 }
 
@@ -54,12 +76,6 @@ bool tm_vec_ok(const Problem& p) {
 // not for packed batches nor seq_idx (a planned restriction; those take the
 // token-major paths, whose walker splits tiles at sequence boundaries).
 bool cm_shape_ok(const Problem& p) { return !p.packed && !p.seq_idx && p.act_dtype != SC_F64; }
-
-// The tiled token axis: B rows of T tokens, or with seq_idx one row of B*T
-// (the packed batch of semantics section 3: the tiles, and so every partial
-// sum, are those of the equivalent cu_seqlens batch).
-int64_t axis_rows(const Problem& p) { return p.seq_idx ? 1 : p.B; }
-int64_t axis_len(const Problem& p) { return p.seq_idx ? p.B * p.T : p.T; }
 
 bool cm_ok(const Problem& p) {
   if (!cm_shape_ok(p)) return false;
@@ -107,8 +123,7 @@ void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
   pl->wmax = path == Path::token_major_vec    ? tm_vec_wmax(dtype_size(p.act_dtype)).for_width(p.W)
              : path == Path::token_major_scalar ? kNarrowWmax.for_width(p.W)
                                                 : 0;
-  pl->full_fwd = path == Path::token_major_vec && !bwd && dtype_size(p.act_dtype) == 2 && p.W == pl->wmax &&
-                 p.act == SC_ACT_SILU;
+  pl->full_fwd = path == Path::token_major_vec && !bwd && full_window(p, pl->wmax);
   const int threads = path == Path::general ? GeneralTraits::kThreads : TmTraits::kThreads;
   const int64_t cols = ceil_div(p.D, pl->ch);
   int cx;
@@ -121,11 +136,15 @@ void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
   if (p.exec.tile_t > 0) {
     pl->tile_t = clamp_tile(p.exec.tile_t, axis_len(p));
   } else {
-    const int64_t target = int64_t(sms) * TmTraits::fwd_resident_threads(pl->full_fwd);  // threads of one wave
+    const int64_t target = int64_t(sms) * TmTraits::resident_threads(pl->full_fwd, pl->wmax, pl->ch);  // threads of one wave
     const int64_t work = p.B * p.T * cols;                               // thread-tokens
     const int64_t per_thread = ceil_div(work, std::max<int64_t>(target, 1));
     if (bwd) {
-      pl->tile_t = std::clamp<int64_t>(pow2_ceil(per_thread), TmTraits::kMinTileT, TmTraits::kMaxTileTBwd);
+      // (the wide windows' vector instance is the full-window one only: its tiles are long enough)
+      const int64_t shortest = path == Path::token_major_vec && pl->wmax > kTmWideFullOnly
+                                   ? TmTraits::kBwdFullMinTileT
+                                   : TmTraits::kMinTileT;
+      pl->tile_t = std::clamp<int64_t>(pow2_ceil(per_thread), shortest, TmTraits::kMaxTileTBwd);
     } else if (pow2_ceil(per_thread) <= TmTraits::kMaxTileT) {
       pl->tile_t = std::clamp<int64_t>(pow2_ceil(per_thread), TmTraits::kMinTileT, TmTraits::kMaxTileT);
     } else {  // (the backward measured slower with the shorter tiles)
@@ -141,8 +160,7 @@ void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
   pl->block_y = ty;
   pl->grid_x = ceil_div(pl->ntiles, ty);
   pl->grid_y = ceil_div(p.D, int64_t(cx) * pl->ch);
-  pl->full_bwd = path == Path::token_major_vec && bwd && dtype_size(p.act_dtype) == 2 && p.W == pl->wmax &&
-                 p.act == SC_ACT_SILU && p.dx && p.dy && (p.dweight || p.dbias) &&
+  pl->full_bwd = path == Path::token_major_vec && bwd && full_window(p, pl->wmax) &&
                  pl->tile_t >= TmTraits::kBwdFullMinTileT;
   if (bwd && path != Path::general && !pl->full_bwd)  // (the full instance reduces in its ring)
     pl->smem = TmTraits::bwd_smem(cx, ty, pl->ch, pl->wmax, p.act_dtype == SC_F64 ? 8 : 4);

@@ -27,7 +27,7 @@ namespace shortconv::cuda {
 // The window bounds instantiated per path.  A runtime W uses the smallest bound
 // >= W; the window is padded to it and the pad taps are predicated off.
 struct WmaxSet {
-  int v[4];
+  int v[5];
   int n;
   SC_TRAIT int for_width(int W) const {
     for (int i = 0; i < n; ++i)
@@ -37,30 +37,44 @@ struct WmaxSet {
 };
 // Token-major vector path: W = 4 (the targets') exact, and W <= 8 with two
 // channels per thread (wider windows leave too few registers for vectors).
-constexpr WmaxSet kTmVecWmax = {{4, 8, 0, 0}, 2};
+constexpr WmaxSet kTmVecWmax = {{4, 8, 0, 0, 0}, 2};
 // The same for 16-bit activations, with W = 2 and 3 exact too: only W = WMAX
 // takes the full-window instances (no pad predicates), and padded to 4 they
 // ran at 0.80 / 0.65 of the floor against W = 4's 0.85 / 0.81 (H200, bf16).
 // (fp32 at W = 2, 3 padded to 4 already ran at 0.89 / 0.87: no instances.)
-constexpr WmaxSet kTmVecWmax16 = {{2, 3, 4, 8}, 4};
+// And W = 16 in full-window form only (kTmWideFullOnly), two channels per
+// thread: one channel per thread (the scalar kernels) took 53 instructions per
+// element in the W = 16 forward's loop and 136 in the backward's (SASS, sm_90:
+// runtime pad predicates, addresses per 2-byte element), the full-window
+// instances 34 and 78.  (H200, 8x4096x4096 bf16, same call: 444.6 / 1385.7 us
+// -> 223.3 / 858.5.)
+constexpr WmaxSet kTmVecWmax16 = {{2, 3, 4, 8, 16}, 5};
+// Window bounds beyond this take the vector path only where their direction's
+// full-window instance applies (W == WMAX, SiLU; the backward with dx, dy and a
+// weight or bias gradient, tiles of at least kBwdFullMinTileT): the generic
+// 16-tap forms ran slower than the scalar kernels at one block per SM (H200,
+// same call: W = 12 bf16 f+b 1357.1 -> 1550.8 us, W = 16 fp32 1488.9 -> 1688.7;
+// forwards within 6%), so they are not compiled.
+constexpr int kTmWideFullOnly = 8;
 SC_TRAIT WmaxSet tm_vec_wmax(int elem_bytes) { return elem_bytes == 2 ? kTmVecWmax16 : kTmVecWmax; }
 // Token-major scalar and channel-major paths: two steps (fewer instances:
 // CI compiles every instance for two architectures on two cores).
-constexpr WmaxSet kNarrowWmax = {{4, 16, 0, 0}, 2};
+constexpr WmaxSet kNarrowWmax = {{4, 16, 0, 0, 0}, 2};
 // Widest window of the register-window paths; wider W takes the general path.
 constexpr int kMaxFastW = 16;
 static_assert(kNarrowWmax.for_width(kMaxFastW) == kMaxFastW, "the scalar path reaches kMaxFastW");
 
 // Channels per thread on the token-major vector path: one 16-byte vector,
 // narrowed for wide windows so that weights and window stay in registers
-// (16 / WMAX weight registers per channel group: no spills at 2 blocks/SM).
+// (16 / WMAX weight registers per channel group: no spills at 2 blocks/SM),
+// and never below two (WMAX = 16: one block per SM, TmTraits::min_blocks).
 // Windows below 4 keep W = 4's channels (the same thread shape, one channel
 // count per dtype up to W = 4).
 SC_TRAIT int tm_vec_channels(int elem_bytes, int wmax) {
   const int vec = 16 / elem_bytes;
-  const int budget = 16 / (wmax < 4 ? 4 : wmax);
-  const int c = vec < budget ? vec : budget;
-  return c < 1 ? 1 : c;
+  const int fit = 16 / (wmax < 4 ? 4 : wmax);
+  const int budget = fit < 2 ? 2 : fit;
+  return vec < budget ? vec : budget;
 }
 
 // fwd_tm / bwd_tm: a thread owns CH channels x one time tile; a block is
@@ -70,6 +84,15 @@ struct TmTraits {
   // Register cap: 2 blocks (512 threads) per SM; the planner sizes waves with it.
   static constexpr int kMinBlocksPerSm = 2;
   static constexpr int kResidentThreads = kThreads * kMinBlocksPerSm;
+  // Vector instances (ch > 1) of windows beyond this bound (16 taps) run one
+  // block per SM: a thread's taps, window, look-ahead and partials (2
+  // channels x 16) need more than the 128 registers of two.  (The scalar
+  // instances, one channel, keep two.)
+  static constexpr int kWideWmax = kTmWideFullOnly;
+  static constexpr int kWideMinBlocks = 1;
+  static SC_TRAIT int min_blocks(int wmax, int ch) {
+    return wmax > kWideWmax && ch > 1 ? kWideMinBlocks : kMinBlocksPerSm;
+  }
   // The 16-bit full-window SiLU forward without residual (fwd_tm's FULL
   // instance) takes x through the thread's slots of a shared-memory ring,
   // filled by cp.async kFullStages stages of kFullTokens tokens ahead: the
@@ -80,6 +103,10 @@ struct TmTraits {
   static constexpr int kFullStages = 4;     // ring stages (one cp.async group each)
   static constexpr int kFullTokens = 4;     // tokens per stage
   static constexpr int kFullMinBlocks = 3;  // its register cap: blocks per SM (80 registers)
+  // The same for the 16-tap instance: 32 taps and 30 window registers leave
+  // too few of 80 (2 blocks: 128).
+  static constexpr int kFullWideMinBlocks = 2;
+  static SC_TRAIT int full_min_blocks(int wmax) { return wmax > kWideWmax ? kFullWideMinBlocks : kFullMinBlocks; }
   static constexpr int kFullPackBytes = 8;                // the widest 16-bit pack (CH = 4 at W <= 4)
   // With a residual the ring holds two packs per token (x, residual) in
   // fewer stages, within the same 48 KB bound.
@@ -88,9 +115,10 @@ struct TmTraits {
   static SC_TRAIT size_t full_ring_bytes(bool res) {
     return size_t(full_stages(res)) * kFullTokens * (res ? 2 : 1) * kThreads * kFullPackBytes;
   }
-  // Threads of one wave of the forward (the planner's tile sizing).
-  static SC_TRAIT int fwd_resident_threads(bool full) {
-    return full ? kThreads * kFullMinBlocks : kResidentThreads;
+  // Threads of one wave of an instance (the planner's tile sizing): the
+  // full-window forward's, or any other of window bound wmax.
+  static SC_TRAIT int resident_threads(bool full_fwd, int wmax, int ch) {
+    return kThreads * (full_fwd ? full_min_blocks(wmax) : min_blocks(wmax, ch));
   }
   static constexpr int kMaxCx = 32;                 // threads along channels (one warp)
   // The same, the full-window forward: wider blocks along channels (H200,

@@ -147,6 +147,8 @@ TEST(CudaPlan, PlansNameInstantiatedKernelsAndCoverTheWork) {
           EXPECT_GT(p.W, kMaxFastW);
           break;
       }
+      if (pl.path == Path::token_major_vec && pl.wmax > kTmWideFullOnly)  // (no generic wide instance)
+        EXPECT_TRUE(p.dir == Dir::fwd ? pl.full_fwd : pl.full_bwd);
       if (pl.full_fwd) {  // (only the 16-bit vector forward has the instance)
         EXPECT_EQ(pl.path, Path::token_major_vec);
         EXPECT_EQ(p.dir, Dir::fwd);
@@ -213,8 +215,9 @@ TEST(CudaPlan, FullWindowForwardInstance) {
       EXPECT_EQ(pl.smem, 0u);  // (its ring is static)
       // Its tiles are the generic instance's (here: without SiLU) on a
       // device with as many more SMs as it has more resident threads per SM.
-      static_assert(132 * TmTraits::kFullMinBlocks % TmTraits::kMinBlocksPerSm == 0, "whole SMs");
-      const int sms = 132 * TmTraits::kFullMinBlocks / TmTraits::kMinBlocksPerSm;
+      const int full_blocks = TmTraits::full_min_blocks(W), generic_blocks = TmTraits::min_blocks(W, pl.ch);
+      ASSERT_EQ(132 * full_blocks % generic_blocks, 0) << "whole SMs";
+      const int sms = 132 * full_blocks / generic_blocks;
       const Plan generic = plan_for(make(dt, W, SC_ACT_NONE, false), Path::token_major_vec, sms);
       EXPECT_FALSE(generic.full_fwd);
       EXPECT_EQ(pl.tile_t, generic.tile_t);
@@ -302,6 +305,89 @@ TEST(CudaPlan, FullWindowBackwardInstance) {
     }
   EXPECT_FALSE(plan_for(make(SC_BF16, 6, SC_ACT_SILU), Path::token_major_vec, 132).full_bwd);
   EXPECT_FALSE(plan_for(make(SC_F32, 4, SC_ACT_SILU), Path::token_major_vec, 132).full_bwd);
+}
+
+// Window bounds beyond kTmWideFullOnly (W = 16) take the vector path only in
+// full-window form (16-bit, W == 16, SiLU; the backward with dx, dy and a
+// weight gradient, tiles of at least kBwdFullMinTileT); everything else
+// there is the scalar path's.
+TEST(CudaPlan, WideWindowsTakeTheVectorPathInFullWindowFormOnly) {
+  static char buffer[64] alignas(64);
+  auto make = [&](Dir dir, sc_dtype dt, int W, sc_activation act, int64_t T) {
+    Problem p;
+    p.dir = dir;
+    p.W = W;
+    p.S = W - 1;
+    p.act = act;
+    p.act_dtype = p.param_dtype = p.state_dtype = dt;
+    p.B = 2;
+    p.T = T;
+    p.D = 4096;
+    p.N = p.B;
+    View v;
+    v.present = true;
+    v.data = buffer;
+    v.dtype = dt;
+    v.shape[0] = p.B;
+    v.shape[1] = p.T;
+    v.shape[2] = p.D;
+    v.stride[2] = 1;
+    v.stride[1] = p.D;
+    v.stride[0] = p.T * p.D;
+    p.x = v;
+    if (dir == Dir::fwd) p.y = v;
+    else p.dy = p.dx = v;
+    View w = v;
+    w.shape[0] = p.D;
+    w.shape[1] = W;
+    w.shape[2] = 1;
+    w.stride[0] = W;
+    w.stride[1] = 1;
+    p.weight = w;
+    if (dir == Dir::bwd) p.dweight = w;
+    return p;
+  };
+  for (sc_dtype dt : {SC_BF16, SC_F16})
+    for (int64_t T : {int64_t(40), int64_t(4096)}) {  // (40: tiles made long enough)
+      const Plan f = plan_for(make(Dir::fwd, dt, 16, SC_ACT_SILU, T), Path::token_major_vec, 132);
+      EXPECT_EQ(choose_path(make(Dir::fwd, dt, 16, SC_ACT_SILU, T)), Path::token_major_vec);
+      EXPECT_TRUE(f.full_fwd);
+      EXPECT_EQ(f.ch, 2);
+      const Problem b = make(Dir::bwd, dt, 16, SC_ACT_SILU, T);
+      EXPECT_EQ(choose_path(b), Path::token_major_vec);
+      const Plan bp = plan_for(b, Path::token_major_vec, 132);
+      EXPECT_TRUE(bp.full_bwd) << "T=" << T;
+      EXPECT_GE(bp.tile_t, TmTraits::kBwdFullMinTileT);
+      EXPECT_EQ(bp.smem, 0u);
+      EXPECT_EQ(bp.ch, 2);
+      Problem forced = b;
+      forced.exec.tile_t = TmTraits::kBwdFullMinTileT;
+      EXPECT_EQ(choose_path(forced), Path::token_major_vec);
+      forced.exec.tile_t = TmTraits::kBwdFullMinTileT - 1;
+      EXPECT_EQ(choose_path(forced), Path::token_major_scalar);
+      // no full-window instance: the scalar path
+      EXPECT_EQ(choose_path(make(Dir::fwd, dt, 16, SC_ACT_NONE, T)), Path::token_major_scalar);
+      EXPECT_EQ(choose_path(make(Dir::bwd, dt, 16, SC_ACT_NONE, T)), Path::token_major_scalar);
+      for (int W : {9, 12, 15}) {
+        EXPECT_EQ(choose_path(make(Dir::fwd, dt, W, SC_ACT_SILU, T)), Path::token_major_scalar) << W;
+        EXPECT_EQ(choose_path(make(Dir::bwd, dt, W, SC_ACT_SILU, T)), Path::token_major_scalar) << W;
+      }
+      Problem no_dw = b;
+      no_dw.dweight = View();
+      EXPECT_EQ(choose_path(no_dw), Path::token_major_scalar);
+      Problem no_dx = b;
+      no_dx.dx = View();
+      EXPECT_EQ(choose_path(no_dx), Path::token_major_scalar);
+    }
+  // A backward axis shorter than the shortest full tile: automatic tiles
+  // still take it; a forced tile is clamped to the axis, so not.
+  Problem tiny = make(Dir::bwd, SC_BF16, 16, SC_ACT_SILU, 5);
+  EXPECT_EQ(choose_path(tiny), Path::token_major_vec);
+  EXPECT_TRUE(plan_for(tiny, Path::token_major_vec, 132).full_bwd);
+  tiny.exec.tile_t = TmTraits::kBwdFullMinTileT;
+  EXPECT_EQ(choose_path(tiny), Path::token_major_scalar);
+  EXPECT_EQ(choose_path(make(Dir::fwd, SC_F32, 16, SC_ACT_SILU, 4096)), Path::token_major_scalar);
+  EXPECT_EQ(choose_path(make(Dir::bwd, SC_F32, 16, SC_ACT_SILU, 4096)), Path::token_major_scalar);
 }
 
 TEST(CudaPlan, ForcedTilesBeyondTheAxisAreTheWholeAxis) {

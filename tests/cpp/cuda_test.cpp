@@ -131,7 +131,7 @@ TEST(Cuda, TokenMajorVectorSizes) {
       for (int64_t tile : {0, 1, 3, 16, 20, 64})
         for (bool residual : {true, false}) {
           Case c = base(dt, W, 3, 203, 64);
-          // SiLU where a full-window instance exists (16-bit W = 2, 3, 4, 8;
+          // SiLU where a full-window instance exists (16-bit W = 2, 3, 4, 8, 16;
           // tiles of 16 tokens and more take the backward's: its staged loop
           // then ends inside, on and off a whole stage), no activation on the
           // padded widths
@@ -146,7 +146,7 @@ TEST(Cuda, TokenMajorVectorSizes) {
 // shorter than W and than S, tiles spanning several sequences.
 TEST(Cuda, PackedVector) {
   REQUIRE_GPU();
-  for (int W : {2, 4, 7})
+  for (int W : {2, 4, 7, 16})  // (16: the 16-tap instances, sequences shorter than the window)
     for (int64_t tile : {0, 2, 5, 100}) {
       Case c = base(SC_BF16, W, 1, 0, 32);
       c.packed = true;
