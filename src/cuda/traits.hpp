@@ -84,14 +84,13 @@ struct TmTraits {
   // Register cap: 2 blocks (512 threads) per SM; the planner sizes waves with it.
   static constexpr int kMinBlocksPerSm = 2;
   static constexpr int kResidentThreads = kThreads * kMinBlocksPerSm;
-  // Vector instances (ch > 1) of windows beyond this bound (16 taps) run one
-  // block per SM: a thread's taps, window, look-ahead and partials (2
-  // channels x 16) need more than the 128 registers of two.  (The scalar
+  // Vector instances (ch > 1) of windows beyond kTmWideFullOnly (the 16-tap ones)
+  // run one block per SM: a thread's taps, window, look-ahead and partials
+  // (2 channels x 16) need more than the 128 registers of two.  (The scalar
   // instances, one channel, keep two.)
-  static constexpr int kWideWmax = kTmWideFullOnly;
   static constexpr int kWideMinBlocks = 1;
   static SC_TRAIT int min_blocks(int wmax, int ch) {
-    return wmax > kWideWmax && ch > 1 ? kWideMinBlocks : kMinBlocksPerSm;
+    return wmax > kTmWideFullOnly && ch > 1 ? kWideMinBlocks : kMinBlocksPerSm;
   }
   // The 16-bit full-window SiLU forward without residual (fwd_tm's FULL
   // instance) takes x through the thread's slots of a shared-memory ring,
@@ -106,7 +105,7 @@ struct TmTraits {
   // The same for the 16-tap instance: 32 taps and 30 window registers leave
   // too few of 80 (2 blocks: 128).
   static constexpr int kFullWideMinBlocks = 2;
-  static SC_TRAIT int full_min_blocks(int wmax) { return wmax > kWideWmax ? kFullWideMinBlocks : kFullMinBlocks; }
+  static SC_TRAIT int full_min_blocks(int wmax) { return wmax > kTmWideFullOnly ? kFullWideMinBlocks : kFullMinBlocks; }
   static constexpr int kFullPackBytes = 8;                // the widest 16-bit pack (CH = 4 at W <= 4)
   // With a residual the ring holds two packs per token (x, residual) in
   // fewer stages, within the same 48 KB bound.

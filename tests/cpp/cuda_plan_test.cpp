@@ -177,34 +177,53 @@ TEST(CudaPlan, PlansNameInstantiatedKernelsAndCoverTheWork) {
   }
 }
 
+// A dense token-major problem of direction dir over an aligned buffer (the
+// planner reads shapes, strides and alignment only): x and y (forward) or x,
+// dy and dx (backward), D = 4096, a contiguous [D, W] weight (and its
+// gradient in the backward).
+Problem dense_tm(Dir dir, sc_dtype dt, int W, sc_activation act, int64_t B, int64_t T) {
+  static char buffer[64] alignas(64);
+  Problem p;
+  p.dir = dir;
+  p.W = W;
+  p.S = W - 1;
+  p.act = act;
+  p.act_dtype = p.param_dtype = p.state_dtype = dt;
+  p.B = B;
+  p.T = T;
+  p.D = 4096;
+  p.N = p.B;
+  View v;
+  v.present = true;
+  v.data = buffer;
+  v.dtype = dt;
+  v.shape[0] = p.B;
+  v.shape[1] = p.T;
+  v.shape[2] = p.D;
+  v.stride[2] = 1;
+  v.stride[1] = p.D;
+  v.stride[0] = p.T * p.D;
+  p.x = v;
+  if (dir == Dir::fwd) p.y = v;
+  else p.dy = p.dx = v;
+  View w = v;
+  w.shape[0] = p.D;
+  w.shape[1] = W;
+  w.shape[2] = 1;
+  w.stride[0] = W;
+  w.stride[1] = 1;
+  p.weight = w;
+  if (dir == Dir::bwd) p.dweight = w;
+  return p;
+}
+
 // The 16-bit full-window SiLU forward (x, and a residual, staged in shared
 // memory, its own register cap) is planned exactly for W == the window bound
 // and SiLU; its waves are sized with its residency.
 TEST(CudaPlan, FullWindowForwardInstance) {
-  static char buffer[64] alignas(64);
-  auto make = [&](sc_dtype dt, int W, sc_activation act, bool residual) {
-    Problem p;
-    p.dir = Dir::fwd;
-    p.W = W;
-    p.S = W - 1;
-    p.act = act;
-    p.act_dtype = dt;
-    p.B = 8;
-    p.T = 4096;
-    p.D = 4096;
-    p.N = p.B;
-    View v;
-    v.present = true;
-    v.data = buffer;
-    v.dtype = dt;
-    v.shape[0] = p.B;
-    v.shape[1] = p.T;
-    v.shape[2] = p.D;
-    v.stride[2] = 1;
-    v.stride[1] = p.D;
-    v.stride[0] = p.T * p.D;
-    p.x = p.y = v;
-    if (residual) p.residual = v;
+  auto make = [](sc_dtype dt, int W, sc_activation act, bool residual) {
+    Problem p = dense_tm(Dir::fwd, dt, W, act, 8, 4096);
+    if (residual) p.residual = p.x;
     return p;
   };
   for (sc_dtype dt : {SC_BF16, SC_F16})
@@ -238,40 +257,7 @@ TEST(CudaPlan, FullWindowForwardInstance) {
 // exactly for W == the window bound, SiLU, dx and dy present, dweight or dbias
 // wanted, and tiles of at least kBwdFullMinTileT tokens.
 TEST(CudaPlan, FullWindowBackwardInstance) {
-  static char buffer[64] alignas(64);
-  auto make = [&](sc_dtype dt, int W, sc_activation act) {
-    Problem p;
-    p.dir = Dir::bwd;
-    p.W = W;
-    p.S = W - 1;
-    p.act = act;
-    p.act_dtype = dt;
-    p.B = 8;
-    p.T = 4096;
-    p.D = 4096;
-    p.N = p.B;
-    View v;
-    v.present = true;
-    v.data = buffer;
-    v.dtype = dt;
-    v.shape[0] = p.B;
-    v.shape[1] = p.T;
-    v.shape[2] = p.D;
-    v.stride[2] = 1;
-    v.stride[1] = p.D;
-    v.stride[0] = p.T * p.D;
-    p.x = p.dy = p.dx = v;
-    View w;
-    w.present = true;
-    w.data = buffer;
-    w.dtype = dt;
-    w.shape[0] = p.D;
-    w.shape[1] = W;
-    w.stride[0] = W;
-    w.stride[1] = 1;
-    p.weight = p.dweight = w;
-    return p;
-  };
+  auto make = [](sc_dtype dt, int W, sc_activation act) { return dense_tm(Dir::bwd, dt, W, act, 8, 4096); };
   auto generic_smem = [](const Plan& pl, int acc_bytes) {
     return TmTraits::bwd_smem(pl.block_x, pl.block_y, pl.ch, pl.wmax, acc_bytes);
   };
@@ -312,40 +298,8 @@ TEST(CudaPlan, FullWindowBackwardInstance) {
 // weight gradient, tiles of at least kBwdFullMinTileT); everything else
 // there is the scalar path's.
 TEST(CudaPlan, WideWindowsTakeTheVectorPathInFullWindowFormOnly) {
-  static char buffer[64] alignas(64);
-  auto make = [&](Dir dir, sc_dtype dt, int W, sc_activation act, int64_t T) {
-    Problem p;
-    p.dir = dir;
-    p.W = W;
-    p.S = W - 1;
-    p.act = act;
-    p.act_dtype = p.param_dtype = p.state_dtype = dt;
-    p.B = 2;
-    p.T = T;
-    p.D = 4096;
-    p.N = p.B;
-    View v;
-    v.present = true;
-    v.data = buffer;
-    v.dtype = dt;
-    v.shape[0] = p.B;
-    v.shape[1] = p.T;
-    v.shape[2] = p.D;
-    v.stride[2] = 1;
-    v.stride[1] = p.D;
-    v.stride[0] = p.T * p.D;
-    p.x = v;
-    if (dir == Dir::fwd) p.y = v;
-    else p.dy = p.dx = v;
-    View w = v;
-    w.shape[0] = p.D;
-    w.shape[1] = W;
-    w.shape[2] = 1;
-    w.stride[0] = W;
-    w.stride[1] = 1;
-    p.weight = w;
-    if (dir == Dir::bwd) p.dweight = w;
-    return p;
+  auto make = [](Dir dir, sc_dtype dt, int W, sc_activation act, int64_t T) {
+    return dense_tm(dir, dt, W, act, 2, T);
   };
   for (sc_dtype dt : {SC_BF16, SC_F16})
     for (int64_t T : {int64_t(40), int64_t(4096)}) {  // (40: tiles made long enough)
