@@ -177,7 +177,8 @@ for r in d.get("results", []):
         print(f"{'  baseline':34} {'':5} {'':13} {'':>2} {o.get('fwd_us', 0):9.1f} {'':5} {o.get('fwdbwd_us', 0):9.1f}")
 if d.get("decode"):
     print(f"decode steps (GPU us from graph replays); empty kernel {d.get('empty_kernel_us') or 0:.2f} us, "
-          f"eager {d.get('empty_kernel_call_us') or 0:.2f} us")
+          f"eager {d.get('empty_kernel_call_us') or 0:.2f} us; one round trip {d.get('round_trip_us') or 0:.2f} us, "
+          f"an index then a load {d.get('index_round_trip_us') or 0:.2f} us")
     print(f"{'rows':5} {'D':>5} {'T':>2} {'batch':>5} {'us':>8} {'/empty':>7} {'frac':>5} {'eager us':>9}")
     for r in d["decode"]:
         print(f"{r['rows']:5} {r['D']:5} {r['T']:2} {r['batch']:5} {r.get('us') or 0:8.2f} "

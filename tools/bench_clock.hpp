@@ -47,11 +47,16 @@ double device_copy_GBps(cudaStream_t s);
 // Returns NAN (message in *msg) when capture or replay fails.
 double graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol, int min_reps,
                 int calls, const std::function<void(int)>& once, int* reps, std::string* msg);
-// The GPU time of one launch of an empty kernel (empty_kernel.cu), from `calls`
+// The GPU time of one launch of an empty kernel (latency_kernels.cu), from `calls`
 // launches captured into a graph, and of one eager launch between events.
 double empty_kernel_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
                              int min_reps, int calls, std::string* msg);
 double empty_kernel_eager_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1);
+// The same (graph) for a block that follows `hops` dependent index loads (0 .. 4),
+// then loads and stores 16 bytes per thread: 0 hops is one round trip, 1 the
+// index-then-row chain of a step on a pool (latency_kernels.cu).
+double round_trips_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
+                            int min_reps, int calls, int hops, std::string* msg);
 #endif
 
 // Prepared copies of case c (seeds 1, 2, ...) on `stream`, as many as make

@@ -15,7 +15,10 @@
 // GPU time per step: the steps (rotating over a few buffer copies) captured
 // into one CUDA graph of kDecodeGraphCalls calls whose replays are timed; the
 // eager time is one call between events (host path included); the empty
-// kernel's graph and eager times (empty_kernel.cu) come from the same run.
+// kernel's graph and eager times, and the graph times of one round trip and
+// of an index load followed by a dependent load (latency_kernels.cu: the
+// latency floor of a step that finds its rows through device indices), come
+// from the same run.
 // Host backends: steady_clock per call, median.
 #include <algorithm>
 #include <cmath>
@@ -141,6 +144,10 @@ DecodeRun bench_decode(const DecodeSettings& st, const Timing& pol, const Clock&
     run.empty_us = empty_kernel_graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps),
                                          kDecodeGraphCalls, &msg);
     run.empty_call_us = empty_kernel_eager_us(clock.cs, clock.e0, clock.e1);
+    run.trip_us = round_trips_graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps),
+                                       kDecodeGraphCalls, 0, &msg);
+    run.index_trip_us = round_trips_graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps),
+                                             kDecodeGraphCalls, 1, &msg);
   }
 #endif
   for (const DecodeShape& s : st.shapes) {
@@ -158,7 +165,9 @@ void print_decode_header(const DecodeSettings& st, double copy_GBps, const Decod
   std::printf("floor = (x + y + state entries read and written) / copy bandwidth %.1f GB/s",
               copy_GBps);
   if (st.device)
-    std::printf("; empty kernel %.2f us (graph), %.2f us (eager)", run.empty_us, run.empty_call_us);
+    std::printf("; empty kernel %.2f us (graph), %.2f us (eager); one round trip %.2f us, an index "
+                "then a load %.2f us (graph)",
+                run.empty_us, run.empty_call_us, run.trip_us, run.index_trip_us);
   std::printf("\n%-5s %-5s %5s %5s %2s %10s %9s %6s %8s %10s\n", "rows", "dtype", "D", "batch", "T",
               "us", "floor_us", "frac", "/empty", "eager_us");
 }
@@ -180,7 +189,9 @@ void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double co
 
 std::string decode_json(const DecodeRun& run, double copy_GBps) {
   std::string s = "\"empty_kernel_us\": " + json_num(run.empty_us) +
-                  ", \"empty_kernel_call_us\": " + json_num(run.empty_call_us) + ", \"decode\": [";
+                  ", \"empty_kernel_call_us\": " + json_num(run.empty_call_us) +
+                  ", \"round_trip_us\": " + json_num(run.trip_us) +
+                  ", \"index_round_trip_us\": " + json_num(run.index_trip_us) + ", \"decode\": [";
   for (size_t i = 0; i < run.results.size(); ++i) {
     const DecodeResult& r = run.results[i];
     const bool ok = r.error.empty();

@@ -39,6 +39,7 @@ struct DecodeResult {
 
 struct DecodeRun {
   double empty_us = NAN, empty_call_us = NAN;  // an empty kernel: graph-timed, eager (GPU only)
+  double trip_us = NAN, index_trip_us = NAN;   // graph-timed: one round trip; an index, then a load
   std::vector<DecodeResult> results;
 };
 
@@ -50,7 +51,8 @@ DecodeRun bench_decode(const DecodeSettings& st, const Timing& pol, const Clock&
 void print_decode_header(const DecodeSettings& st, double copy_GBps, const DecodeRun& run);
 void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double copy_GBps,
                       const DecodeRun& run);
-// `"empty_kernel_us": ..., "empty_kernel_call_us": ..., "decode": [...]` for the JSON object.
+// `"empty_kernel_us": ..., "empty_kernel_call_us": ..., "round_trip_us": ...,
+// "index_round_trip_us": ..., "decode": [...]` for the JSON object.
 std::string decode_json(const DecodeRun& run, double copy_GBps);
 
 }  // namespace shortconv::cli

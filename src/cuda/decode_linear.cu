@@ -189,14 +189,37 @@ struct RowBlock {
   }
 };
 
-template <class T, int CH, int S_>
-__global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, true>()))
+// Blocks per SM of fwd_decode_linear_rows (its register cap): the one-token
+// instances the raw-tap wide cap, the speculative ones their own (the row's
+// kept entries, the window and the first tokens are live at once).
+template <class T, int CH, int S_, bool SPEC>
+constexpr int rows_min_blocks() {
+  if (!SPEC) return linear_min_blocks<T, CH, true>();
+  return DecodeTraits::spec_rows_min_blocks(S_ - (DecodeTraits::kVecWmax - 1));
+}
+
+// SPEC: a speculative step (num_accepted) on rows of S_ = (W-1) + K entries.
+// The window is the W-1 entries from a_n - 1 (chosen among the S_ - (W-1) + 1
+// positions by predicated moves: no dynamic register index), and the new row
+// is u[1 .. (W-1) + L) = entries 1.. of the window, then the tokens: built in
+// place in row[] before and during the token loop, for the first
+// S_ - (W-1) + 1 tokens with compile-time indices (guarded by t < L; entries
+// past (W-2) + L keep the row's values).  A valid step has no more tokens
+// (the host checks (W-2) + L <= S); a longer one, from device-resident
+// lengths, keeps the last S_ entries of u by sliding, as the staged instance
+// does (E = S there) and the one-token instance always.  Written as whole
+// vectors when the row is read and written in place or all S_ entries are new,
+// else (another row, fewer entries) only the (W-2) + L written entries.
+template <class T, int CH, int S_, bool SPEC>
+__global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH, S_, SPEC>()))
     fwd_decode_linear_rows(const Args a) {
   using A = acc_t<T>;
   using P = Pack<T, CH>;
   using B = RowBlock<T, CH, S_>;
   constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1;
   static_assert(S_ >= H, "the row holds the window");
+  static_assert(!SPEC || S_ > H, "a speculative row holds drafts");
+  constexpr int LT = SPEC ? S_ - H + 1 : 0;  // speculative: tokens placed at compile-time entries
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
@@ -208,35 +231,89 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
                           : nullptr;
   const int64_t sx = a.x.s1;
   const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * sx + d0 * a.x.s2;
+  int base = 0;  // speculative: the row entry of the window's oldest, a_n - 1 clamped into the row
+  if (SPEC && in >= 0) {
+    const int64_t v = ld_index(a.accepted, n);
+    base = int(v < 1 ? 1 : v > LT ? LT : v) - 1;
+  }
   B blk;
 #pragma unroll
   for (int i = 0; i < B::kVecs; ++i) blk.v[i] = h0 ? ldp<T, B::kPer>(reinterpret_cast<const T*>(h0 + i)) : Vec::zero();
   RawTaps<T, WMAX, CH> taps;
   taps.load(a, d0);
   const RuntimeAct<MathOf<T>> act{a.act};
-  P row[S_];  // row[j] = u[L' + j] after L' tokens
+  P row[S_];  // one token: row[j] = u[L' + j] after L' tokens; speculative: the new row
   blk.to_packs(row);
-  for (int64_t t = 0; t < q.L; ++t) {
-    const P xv = ldp<T, CH>(xp + t * sx);
+  auto token = [&](const P& xv, const P (&win)[H], int64_t t) {
     taps.per_token();
     A acc[CH];
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
       acc[c] = taps.bias(c);  // bias, then taps oldest -> newest: the order of every path
 #pragma unroll
-      for (int k = 0; k < H; ++k) acc[c] = fma(taps.tap(k, c), row[S_ - H + k].get(c), acc[c]);
+      for (int k = 0; k < H; ++k) acc[c] = fma(taps.tap(k, c), win[k].get(c), acc[c]);
       acc[c] = fma(taps.tap(H, c), xv.get(c), acc[c]);
     }
+    decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc);
+  };
+  int64_t t = 0;
+  if constexpr (SPEC) {
+    P win[H];  // u[t .. t + H): the window of token t
+#pragma unroll
+    for (int i = 0; i < H; ++i) win[i] = row[i];
+#pragma unroll
+    for (int b = 1; b < LT; ++b)
+      if (base == b) {
+#pragma unroll
+        for (int i = 0; i < H; ++i) win[i] = row[b + i];
+      }
+#pragma unroll
+    for (int j = 0; j + 1 < H; ++j) row[j] = win[j + 1];  // new entries 0 .. H-2: u[1 .. H)
+#pragma unroll
+    for (int u = 0; u < LT; ++u)
+      if (u < q.L) {
+        const P xv = ldp<T, CH>(xp + u * sx);
+        token(xv, win, u);
+#pragma unroll
+        for (int i = 0; i + 1 < H; ++i) win[i] = win[i + 1];
+        win[H - 1] = xv;
+        row[H - 1 + u] = xv;  // new entry H-1+u = u[H + u]
+      }
+    t = LT;
+  }
+  for (; t < q.L; ++t) {  // one token: every token; speculative: those past LT (row[] full)
+    const P xv = ldp<T, CH>(xp + t * sx);
+    P win[H];
+#pragma unroll
+    for (int k = 0; k < H; ++k) win[k] = row[S_ - H + k];
+    token(xv, win, t);
 #pragma unroll
     for (int j = 0; j + 1 < S_; ++j) row[j] = row[j + 1];
     row[S_ - 1] = xv;
-    decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc);
   }
   if (out < 0) return;
-  blk.from_packs(row);
-  Vec* ht = reinterpret_cast<Vec*>(static_cast<T*>(a.ht.p) + out * a.ht.s0 + d0 * S_);
+  T* ht = static_cast<T*>(a.ht.p) + out * a.ht.s0 + d0 * S_;
+  if constexpr (SPEC) {
+    if (q.L <= 0) return;  // no token: nothing written (semantics §5)
+    const int64_t E = H - 1 + q.L;  // entries written, when fewer than S_
+    if (E < S_ && out != in) {  // only those: the rest of another row is not this step's
 #pragma unroll
-  for (int i = 0; i < B::kVecs; ++i) stp<T, B::kPer>(reinterpret_cast<T*>(ht + i), blk.v[i]);
+      for (int j = 0; j < S_; ++j)
+        if (j < E) {
+#pragma unroll
+          for (int c = 0; c < CH; ++c) {  // element c of the pack, as its raw bits
+            if constexpr (sizeof(T) == 2)
+              reinterpret_cast<uint16_t*>(ht)[c * S_ + j] = uint16_t(row[j].w[c / 2] >> (16 * (c % 2)));
+            else
+              reinterpret_cast<uint32_t*>(ht)[c * S_ + j] = row[j].w[c];
+          }
+        }
+      return;
+    }
+  }
+  blk.from_packs(row);
+#pragma unroll
+  for (int i = 0; i < B::kVecs; ++i) stp<T, B::kPer>(ht + i * B::kPer, blk.v[i]);
 }
 
 }  // namespace
@@ -252,10 +329,21 @@ cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a
       constexpr int kWide = DecodeTraits::kWideBytes / int(sizeof(T));
       constexpr int kNarrow = DecodeTraits::kVecBytes / int(sizeof(T));
       if (pl.ch == kWide && pl.row_regs > 0) {
-        if (pl.row_regs == DecodeTraits::kVecWmax - 1)
-          return l->main("fwd_decode_linear_rows(S = W-1)", fwd_decode_linear_rows<T, kWide, DecodeTraits::kVecWmax - 1>, pl, a);
-        if (pl.row_regs == DecodeTraits::kVecWmax)
-          return l->main("fwd_decode_linear_rows(S = W)", fwd_decode_linear_rows<T, kWide, DecodeTraits::kVecWmax>, pl, a);
+        constexpr int H = DecodeTraits::kVecWmax - 1;
+        if (p.accepted) {  // S = (W-1) + K, K = 1 .. kSpecRowsMaxDrafts
+          static_assert(DecodeTraits::kSpecRowsMaxDrafts == 4, "one instance per draft count below");
+          switch (pl.row_regs - H) {
+            case 1: return l->main("fwd_decode_linear_rows(speculative, K = 1)", fwd_decode_linear_rows<T, kWide, H + 1, true>, pl, a);
+            case 2: return l->main("fwd_decode_linear_rows(speculative, K = 2)", fwd_decode_linear_rows<T, kWide, H + 2, true>, pl, a);
+            case 3: return l->main("fwd_decode_linear_rows(speculative, K = 3)", fwd_decode_linear_rows<T, kWide, H + 3, true>, pl, a);
+            case 4: return l->main("fwd_decode_linear_rows(speculative, K = 4)", fwd_decode_linear_rows<T, kWide, H + 4, true>, pl, a);
+            default: return l->no_instance("decode, speculative rows in registers (S - (W-1) in 1..4)");
+          }
+        }
+        if (pl.row_regs == H)
+          return l->main("fwd_decode_linear_rows(S = W-1)", fwd_decode_linear_rows<T, kWide, H, false>, pl, a);
+        if (pl.row_regs == H + 1)
+          return l->main("fwd_decode_linear_rows(S = W)", fwd_decode_linear_rows<T, kWide, H + 1, false>, pl, a);
         return l->no_instance("decode, rows in registers");
       }
       if (pl.ch == kWide) {

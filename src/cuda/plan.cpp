@@ -198,21 +198,6 @@ StateIo decode_state_io(const Problem& p, int ch, bool vec) {
   return StateIo::scalar;
 }
 
-// The wide vector instance (DecodeTraits::kWideBytes per thread): a linear
-// step (no parent tokens) on vector rows whose narrow launch would have at
-// least kWideMinThreadsPerSm threads per multiprocessor.  Not for speculative
-// steps on [P, D, S] rows: their rows are rewritten entry by entry in the
-// stage, 8 channels per thread serially (H200, bf16, 1+3 tokens, batch 256,
-// D = 8192: 51.3 µs wide against 44.3 narrow; one token: 23.4 against 27.3).
-bool decode_wide_ok(const Problem& p, int sms) {
-  if (p.parents || !decode_vec_ok(p, DecodeTraits::kWideBytes)) return false;
-  const int ch = DecodeTraits::kWideBytes / dtype_size(p.act_dtype);
-  const StateIo io = decode_state_io(p, ch, true);
-  if (io == StateIo::scalar || (io == StateIo::row_vec && p.accepted)) return false;
-  const int64_t narrow_threads = p.N * (p.D / (DecodeTraits::kVecBytes / dtype_size(p.act_dtype)));
-  return narrow_threads >= DecodeTraits::kWideMinThreadsPerSm * int64_t(sms);
-}
-
 // The taps as the weight's raw words (RawTaps, decode.cuh; the linear steps on
 // vLLM rows, and on [P, D, S] rows held in registers):
 // W = kVecWmax, weight [D, W] contiguous and bias [D] (or none) of x's dtype,
@@ -222,6 +207,30 @@ bool decode_raw_taps(const Problem& p) {
   const View& w = p.weight;
   if (w.stride[1] != 1 || w.stride[0] != p.W || !aligned(w.data, 16)) return false;
   return !p.bias || (p.bias.stride[0] == 1 && aligned(p.bias.data, 16));
+}
+
+// A speculative step on [P, D, S] rows that fwd_decode_linear_rows holds in
+// registers: raw taps, S = (W-1) + K with K = 1 .. kSpecRowsMaxDrafts.
+bool spec_rows_in_registers(const Problem& p) {
+  const int K = p.S - (DecodeTraits::kVecWmax - 1);
+  return p.accepted && !p.parents && decode_raw_taps(p) && K >= 1 && K <= DecodeTraits::kSpecRowsMaxDrafts;
+}
+
+// The wide vector instance (DecodeTraits::kWideBytes per thread): a linear
+// step (no parent tokens) on vector rows whose narrow launch would have at
+// least kWideMinThreadsPerSm threads per multiprocessor.  Speculative steps
+// on [P, D, S] rows only when the rows are held in registers
+// (spec_rows_in_registers): staged, their rows are rewritten entry by entry,
+// 8 channels per thread serially (H200, bf16, 1+3 tokens, batch 256, D = 8192:
+// 51.3 µs wide against 44.3 narrow; one token: 23.4 against 27.3).
+bool decode_wide_ok(const Problem& p, int sms) {
+  if (p.parents || !decode_vec_ok(p, DecodeTraits::kWideBytes)) return false;
+  const int ch = DecodeTraits::kWideBytes / dtype_size(p.act_dtype);
+  const StateIo io = decode_state_io(p, ch, true);
+  if (io == StateIo::scalar || (io == StateIo::row_vec && p.accepted && !spec_rows_in_registers(p)))
+    return false;
+  const int64_t narrow_threads = p.N * (p.D / (DecodeTraits::kVecBytes / dtype_size(p.act_dtype)));
+  return narrow_threads >= DecodeTraits::kWideMinThreadsPerSm * int64_t(sms);
 }
 
 // Decode: a block per (sequence, kThreads*CH channels), grid.x sequences,
@@ -234,8 +243,8 @@ void plan_decode(const Problem& p, int sms, Plan* pl) {
   pl->state_io = decode_state_io(p, pl->ch, vec);
   pl->raw_taps = vec && pl->state_io == StateIo::channel_vec && decode_raw_taps(p);
   const int W = DecodeTraits::kVecWmax;  // (decode_raw_taps: p.W == W)
-  if (bytes == DecodeTraits::kWideBytes && pl->state_io == StateIo::row_vec && !p.accepted &&
-      !p.parents && decode_raw_taps(p) && (p.S == W - 1 || p.S == W))
+  if (bytes == DecodeTraits::kWideBytes && pl->state_io == StateIo::row_vec && !p.parents &&
+      decode_raw_taps(p) && (p.accepted ? spec_rows_in_registers(p) : (p.S == W - 1 || p.S == W)))
     pl->row_regs = p.S;
   pl->block_x = DecodeTraits::kThreads;
   pl->grid_x = p.N;

@@ -261,6 +261,17 @@ struct DecodeTraits {
   // 7 = 72 for fp32 (no spills in ptxas -v; fp32 spilled 12 bytes at 64).
   static constexpr int kMinBlocksWide16 = 8;
   static constexpr int kMinBlocksWide32 = 7;
+  // Speculative steps on [P, D, S] rows in registers (fwd_decode_linear_rows'
+  // SPEC instances): rows of S = (W-1) + K entries, K up to kSpecRowsMaxDrafts
+  // (one instance per K).  Register caps as blocks per SM: 6 (80 registers)
+  // for K <= 2, 5 (102) beyond, where 80 spilled 36-68 bytes (ptxas -v, sm_90).
+  static constexpr int kSpecRowsMaxDrafts = 4;
+  static constexpr int kSpecRowsShortK = 2;
+  static constexpr int kMinBlocksSpecRowsShort = 6;
+  static constexpr int kMinBlocksSpecRowsLong = 5;
+  static SC_TRAIT int spec_rows_min_blocks(int K) {
+    return K <= kSpecRowsShortK ? kMinBlocksSpecRowsShort : kMinBlocksSpecRowsLong;
+  }
   // Scalar instance (any strides, fp64, W 5..16): one channel per thread.
   static constexpr int kScalarWmax = kMaxFastW;
   // "A decode step": at most kMaxTokens tokens per sequence (dense), at most

@@ -426,7 +426,10 @@ TEST(Cuda, DecodeWideSteps) {
 // fp32) and accumulator taps (fp32 weights, W = 3 with a padded tap), rows
 // longer than the window (kept entries copied), a packed step of 0-4 tokens
 // with accepted counts.  [P, D, S] rows held in registers: S = W-1 and W, one
-// and three tokens, each dtype (and S = 5, W = 3: the staged instance).  Each
+// and three tokens, each dtype (and S = 5, W = 3: the staged instance);
+// speculative steps of 1+K tokens on rows of (W-1) + K entries, K = 1..4, a
+// packed one of 0-4 tokens on rows of K = 3 (fewer tokens than the row holds:
+// its older entries kept), and K = 5 (the staged instance).  Each
 // also without a bias with a residual and the identity, and with
 // has_initial_state flags and separate read and write rows; against the
 // oracle, the rows bitwise.
@@ -449,6 +452,7 @@ TEST(Cuda, DecodeWideForms) {
     int W, S;
     int64_t T;  // 0: packed lengths 0..4 with accepted counts
     bool vllm = true;
+    bool spec = false;  // accepted counts (the vLLM forms: whenever S = (W-2) + T)
   };
   const Form forms[] = {
       {"raw taps, bf16", SC_BF16, SC_BF16, 4, 3, 1},
@@ -469,6 +473,13 @@ TEST(Cuda, DecodeWideForms) {
       {"[P, D, S] rows, fp32, S = 3, 2 tokens", SC_F32, SC_F32, 4, 3, 2, false},
       {"[P, D, S] rows, S = 5 (staged)", SC_BF16, SC_BF16, 4, 5, 1, false},
       {"[P, D, S] rows, W = 3 (staged)", SC_BF16, SC_BF16, 3, 2, 1, false},
+      {"[P, D, S] rows, 1+1 tokens", SC_BF16, SC_BF16, 4, 4, 2, false, true},
+      {"[P, D, S] rows, 1+2 tokens, fp16", SC_F16, SC_F16, 4, 5, 3, false, true},
+      {"[P, D, S] rows, 1+3 tokens", SC_BF16, SC_BF16, 4, 6, 4, false, true},
+      {"[P, D, S] rows, 1+3 tokens, fp32", SC_F32, SC_F32, 4, 6, 4, false, true},
+      {"[P, D, S] rows, 1+4 tokens", SC_BF16, SC_BF16, 4, 7, 5, false, true},
+      {"[P, D, S] rows, S = 6, packed speculative", SC_BF16, SC_BF16, 4, 6, 0, false, true},
+      {"[P, D, S] rows, S = 8 (staged), speculative", SC_BF16, SC_BF16, 4, 8, 6, false, true},
   };
   for (const Form& f : forms)
     for (int variant = 0; variant < 3; ++variant) {
@@ -480,7 +491,7 @@ TEST(Cuda, DecodeWideForms) {
         for (int64_t n = 0; n < B; ++n) c.lengths.push_back(int64_t(rng() % 5));
       }
       rows(c);
-      if (f.vllm && f.T != 1 && f.S == f.W - 2 + (f.T > 0 ? f.T : 4))
+      if (f.spec || (f.vllm && f.T != 1 && f.S == f.W - 2 + (f.T > 0 ? f.T : 4)))
         for (int64_t n = 0; n < c.num_seqs(); ++n)
           c.accepted.push_back(1 + int64_t(rng() % uint64_t(std::max<int64_t>(c.seq_len(n), 1))));
       if (variant == 1) {  // no bias, a residual, the identity

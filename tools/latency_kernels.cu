@@ -1,0 +1,84 @@
+// Reference kernels for `shortconv bench`'s decode section, measured in the
+// same run as the decode steps they are compared with (a decode step of a few
+// hundred KB is bounded by latency, not bandwidth):
+// - an empty kernel: the GPU time of one launch that does nothing;
+// - round trips: one block of kDecodeRefThreads threads that follows `hops`
+//   dependent index loads, then loads 16 bytes per thread at the index found
+//   and stores them.  hops = 0 is one round trip (load, store); hops = 1 is
+//   the shape of a decode step on a pool (the row index, then the row) with
+//   nothing else: the latency floor of any kernel that addresses its rows
+//   through indices read on the device.  Its buffers are a few KB, so their
+//   lines stay in L2 across replays, like a small step's rows.
+#include <cuda_runtime.h>
+
+#include "bench_clock.hpp"
+
+namespace shortconv::cli {
+
+namespace {
+
+constexpr int kRefThreads = 128;   // one decode block's threads
+constexpr int kRefMaxHops = 4;     // chain length bound (the index buffer's entries)
+
+__global__ void empty_kernel() {}
+
+// idx: [kRefMaxHops + 1] int64, idx[i] = i + 1; src, dst: [(kRefMaxHops + 2) * kRefThreads] 16-byte vectors
+__global__ void round_trips_kernel(const int64_t* idx, const uint4* src, uint4* dst, int hops) {
+  int64_t i = 0;
+  for (int h = 0; h < hops; ++h) i = idx[i];  // each load's address is the previous load's value
+  dst[i * kRefThreads + threadIdx.x] = src[i * kRefThreads + threadIdx.x];
+}
+
+}  // namespace
+
+double empty_kernel_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
+                             int min_reps, int calls, std::string* msg) {
+  int reps = 0;
+  return graph_us(s, e0, e1, pol, min_reps, calls,
+                  [&](int) { empty_kernel<<<1, 1, 0, s>>>(); }, &reps, msg);
+}
+
+double empty_kernel_eager_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1) {
+  std::vector<double> t;
+  for (int i = 0; i < 51; ++i) {
+    cudaEventRecord(e0, s);
+    empty_kernel<<<1, 1, 0, s>>>();
+    cudaEventRecord(e1, s);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i > 0) t.push_back(double(ms) * 1e3);  // the first is the warm-up
+  }
+  return median(t);
+}
+
+double round_trips_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
+                            int min_reps, int calls, int hops, std::string* msg) {
+  if (hops < 0 || hops > kRefMaxHops) {
+    *msg = "round trips: hops out of range";
+    return NAN;
+  }
+  int64_t host_idx[kRefMaxHops + 1];
+  for (int i = 0; i <= kRefMaxHops; ++i) host_idx[i] = i + 1;
+  const size_t vec_bytes = size_t(kRefMaxHops + 2) * kRefThreads * sizeof(uint4);
+  int64_t* idx = nullptr;
+  uint4 *src = nullptr, *dst = nullptr;
+  double us = NAN;
+  if (cudaMalloc(&idx, sizeof(host_idx)) == cudaSuccess && cudaMalloc(&src, vec_bytes) == cudaSuccess &&
+      cudaMalloc(&dst, vec_bytes) == cudaSuccess &&
+      cudaMemcpy(idx, host_idx, sizeof(host_idx), cudaMemcpyHostToDevice) == cudaSuccess &&
+      cudaMemset(src, 0, vec_bytes) == cudaSuccess) {
+    int reps = 0;
+    us = graph_us(s, e0, e1, pol, min_reps, calls,
+                  [&](int) { round_trips_kernel<<<1, kRefThreads, 0, s>>>(idx, src, dst, hops); }, &reps,
+                  msg);
+  } else {
+    *msg = "round trips: buffers not allocated";
+  }
+  cudaFree(idx);
+  cudaFree(src);
+  cudaFree(dst);
+  return us;
+}
+
+}  // namespace shortconv::cli
