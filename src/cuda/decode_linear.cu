@@ -210,6 +210,9 @@ constexpr int rows_min_blocks() {
 // does (E = S there) and the one-token instance always.  Written as whole
 // vectors when the row is read and written in place or all S_ entries are new,
 // else (another row, fewer entries) only the (W-2) + L written entries.
+// The planner sends it dense steps of exactly 1+K tokens (every row rewritten
+// whole: spec_rows_in_registers), the forms verified on the GPU; packed and
+// shorter steps, which keep entries of their rows, take the staged instance.
 template <class T, int CH, int S_, bool SPEC>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH, S_, SPEC>()))
     fwd_decode_linear_rows(const Args a) {

@@ -210,10 +210,13 @@ bool decode_raw_taps(const Problem& p) {
 }
 
 // A speculative step on [P, D, S] rows that fwd_decode_linear_rows holds in
-// registers: raw taps, S = (W-1) + K with K = 1 .. kSpecRowsMaxDrafts.
+// registers: raw taps, S = (W-1) + K with K = 1 .. kSpecRowsMaxDrafts, and a
+// dense batch of 1+K tokens per sequence (every row rewritten whole; packed
+// and shorter steps keep entries of their rows: the staged instance).
 bool spec_rows_in_registers(const Problem& p) {
   const int K = p.S - (DecodeTraits::kVecWmax - 1);
-  return p.accepted && !p.parents && decode_raw_taps(p) && K >= 1 && K <= DecodeTraits::kSpecRowsMaxDrafts;
+  return p.accepted && !p.parents && !p.packed && p.T == K + 1 && decode_raw_taps(p) && K >= 1 &&
+         K <= DecodeTraits::kSpecRowsMaxDrafts;
 }
 
 // The wide vector instance (DecodeTraits::kWideBytes per thread): a linear

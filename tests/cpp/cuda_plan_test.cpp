@@ -514,9 +514,11 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
   {
     alignas(64) static char params[64];
     auto with_params = [&](int W, sc_dtype param, int64_t w_offset, int64_t bias_stride, bool bias,
-                           bool vllm = true, int S = -1, bool accepted = false) {
-      Problem q = decode_step(256, 1, 8192, 1024, W, S < 0 ? W - 1 : S, SC_BF16, vllm);
+                           bool vllm = true, int S = -1, bool accepted = false, int64_t T = 1,
+                           bool packed = false) {
+      Problem q = decode_step(256, T, 8192, 1024, W, S < 0 ? W - 1 : S, SC_BF16, vllm);
       q.accepted.present = accepted;
+      q.packed = packed;
       q.param_dtype = param;
       q.weight.present = true;
       q.weight.data = params + w_offset;
@@ -553,16 +555,22 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
     EXPECT_EQ(with_params(4, SC_F32, 0, 1, true, false, 3).row_regs, 0);
     EXPECT_EQ(with_params(3, SC_BF16, 0, 1, true, false, 2).row_regs, 0);
     // Speculative steps on [P, D, S] rows: held in registers by the wide
-    // instance for S = (W-1) + K, K = 1 .. kSpecRowsMaxDrafts, with raw taps;
-    // else the narrow staged instance (S = W-1 holds no draft)
+    // instance for S = (W-1) + K, K = 1 .. kSpecRowsMaxDrafts, with raw taps,
+    // for a dense step of 1+K tokens; else the narrow staged instance (S = W-1
+    // holds no draft; fewer tokens, or a packed step, keep entries of the row)
     const int H = DecodeTraits::kVecWmax - 1;
     for (int S = H; S <= H + DecodeTraits::kSpecRowsMaxDrafts + 1; ++S) {
       const bool regs = S > H && S <= H + DecodeTraits::kSpecRowsMaxDrafts;
-      const Plan q = with_params(4, SC_BF16, 0, 1, true, false, S, true);
+      const int64_t T = S - H + 1;
+      const Plan q = with_params(4, SC_BF16, 0, 1, true, false, S, true, T);
+      if (regs && T > 2) {  // fewer tokens than the row's drafts take
+        EXPECT_EQ(with_params(4, SC_BF16, 0, 1, true, false, S, true, T - 1).row_regs, 0) << "S=" << S;
+        EXPECT_EQ(with_params(4, SC_BF16, 0, 1, true, false, S, true, T, true).row_regs, 0) << "S=" << S;
+      }
       EXPECT_EQ(q.row_regs, regs ? S : 0) << "S=" << S;
       EXPECT_EQ(q.ch, regs ? DecodeTraits::kWideBytes / 2 : DecodeTraits::kVecBytes / 2) << "S=" << S;
       EXPECT_EQ(q.smem, regs ? 0 : DecodeTraits::rowvec_smem(S, DecodeTraits::kVecBytes)) << "S=" << S;
-      EXPECT_EQ(with_params(4, SC_F32, 0, 1, true, false, S, true).row_regs, 0) << "S=" << S;  // no raw taps
+      EXPECT_EQ(with_params(4, SC_F32, 0, 1, true, false, S, true, T).row_regs, 0) << "S=" << S;  // no raw taps
     }
   }
   ASSERT_LT(8 * 4096 / 2, DecodeTraits::kWideMinThreadsPerSm * 132);

@@ -427,9 +427,9 @@ TEST(Cuda, DecodeWideSteps) {
 // longer than the window (kept entries copied), a packed step of 0-4 tokens
 // with accepted counts.  [P, D, S] rows held in registers: S = W-1 and W, one
 // and three tokens, each dtype (and S = 5, W = 3: the staged instance);
-// speculative steps of 1+K tokens on rows of (W-1) + K entries, K = 1..4, a
-// packed one of 0-4 tokens on rows of K = 3 (fewer tokens than the row holds:
-// its older entries kept), and K = 5 (the staged instance).  Each
+// speculative steps of 1+K tokens on rows of (W-1) + K entries, K = 1..4
+// (and the staged instance: a packed step of 0-4 tokens on rows of K = 3,
+// and K = 5).  Each
 // also without a bias with a residual and the identity, and with
 // has_initial_state flags and separate read and write rows; against the
 // oracle, the rows bitwise.
@@ -478,7 +478,7 @@ TEST(Cuda, DecodeWideForms) {
       {"[P, D, S] rows, 1+3 tokens", SC_BF16, SC_BF16, 4, 6, 4, false, true},
       {"[P, D, S] rows, 1+3 tokens, fp32", SC_F32, SC_F32, 4, 6, 4, false, true},
       {"[P, D, S] rows, 1+4 tokens", SC_BF16, SC_BF16, 4, 7, 5, false, true},
-      {"[P, D, S] rows, S = 6, packed speculative", SC_BF16, SC_BF16, 4, 6, 0, false, true},
+      {"[P, D, S] rows, S = 6, packed speculative (staged)", SC_BF16, SC_BF16, 4, 6, 0, false, true},
       {"[P, D, S] rows, S = 8 (staged), speculative", SC_BF16, SC_BF16, 4, 8, 6, false, true},
   };
   for (const Form& f : forms)
