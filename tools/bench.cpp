@@ -115,6 +115,8 @@ void usage(FILE* f) {
                "  --dtype D       bf16, fp16, fp32, fp64 or all (default: bf16 and fp32)\n"
                "  --width W       convolution width (default 4)\n"
                "  --layout L      token (default) or channel (channel-major [B, D, T])\n"
+               "  --activation A  silu (default) or identity: identity leaves the activation's\n"
+               "                  arithmetic out, to see how much of a row's time it takes\n"
                "  --reps N        timed repetitions at least (default %d on the host, %d on a GPU)\n"
                "  --threads N     CPU threads for the backend and the copy (default: all)\n"
                "  --decode        only the decode section: one decode step of a serving engine\n"
@@ -154,6 +156,14 @@ bool parse_dtype(const std::string& s, std::vector<sc_dtype>* out) {
   return true;
 }
 
+// The activations the library lists, "a, b".
+std::string activation_names() {
+  std::string s;
+  for (int id = 0; sc_activation_name(id); ++id)
+    s += std::string(id ? ", " : "") + sc_activation_name(id);
+  return s;
+}
+
 const char* short_dtype(sc_dtype d) {
   switch (d) {
     case SC_BF16: return "bf16";
@@ -164,10 +174,10 @@ const char* short_dtype(sc_dtype d) {
   }
 }
 
-Case make_case(const Shape& s, sc_dtype dt, int threads) {
+Case make_case(const Shape& s, sc_dtype dt, int threads, sc_activation act) {
   Case c;
   c.W = s.W;
-  c.act = SC_ACT_SILU;
+  c.act = act;
   c.act_dtype = c.param_dtype = c.state_dtype = dt;
   c.D = s.D;
   c.layout = s.layout;
@@ -196,6 +206,7 @@ struct Settings {
   std::string bname;
   bool device = false;  // the backend's tensors live on a GPU (harness::on_device)
   bool json = false;
+  sc_activation act = SC_ACT_SILU;  // --activation
   int64_t reps = 0, threads = 0;
   std::vector<Shape> shapes;
 };
@@ -261,6 +272,14 @@ int parse_settings(const Options& opt, Settings* st) {
     return fail_usage("--threads: expected a non-negative integer, got '" + opt.get("--threads", "") + "'");
   if (opt.has("--seqs") && (!parse_int(opt.get("--seqs", ""), &seqs) || seqs < 1))
     return fail_usage("--seqs: expected a positive integer, got '" + opt.get("--seqs", "") + "'");
+  if (opt.has("--activation")) {  // a name the library lists (sc_activation_name)
+    const std::string aname = opt.get("--activation", ""), listed = activation_names();
+    int id = 0;
+    while (sc_activation_name(id) && aname != sc_activation_name(id)) ++id;
+    if (!sc_activation_name(id))
+      return fail_usage("--activation: expected one of " + listed + ", got '" + aname + "'");
+    st->act = sc_activation(id);
+  }
   Layout layout = Layout::token_major;
   const std::string lname = opt.get("--layout", "token");
   if (lname == "channel" || lname == "channel-major") layout = Layout::channel_major;
@@ -302,7 +321,7 @@ Result bench_one(const Shape& s, sc_dtype dt, const Settings& st, const Timing& 
   r.x_bytes = s.B * s.T * s.D * dtype_size(dt);
   r.fwd_tensors += s.residual ? 1 : 0;
   r.fwdbwd_tensors += s.residual ? 1 : 0;
-  const Case c = make_case(s, dt, int(st.threads));
+  const Case c = make_case(s, dt, int(st.threads), st.act);
   // Rotate over copies when the working set is small (cache effects).
   const int64_t footprint = 2 * r.x_bytes;
   const auto ps = rotating_copies(c, footprint, pol.rotate_bytes, pol.max_copies, st.backend,
@@ -355,11 +374,11 @@ Result bench_one(const Shape& s, sc_dtype dt, const Settings& st, const Timing& 
 // ---- output -------------------------------------------------------------------------
 
 void print_header(const Settings& st, double copy_GBps) {
-  std::printf("shortconv bench — backend %s, %s, copy bandwidth %.1f GB/s (read+write)\n",
+  std::printf("shortconv bench — backend %s, %s, activation %s, copy bandwidth %.1f GB/s (read+write)\n",
               st.bname.c_str(),
               st.device ? "GPU time per call from CUDA-graph replays, median"
                         : "steady_clock, median",
-              copy_GBps);
+              sc_activation_name(st.act), copy_GBps);
   std::printf("floor = bytes that must move / copy bandwidth: fwd 2 x-sized tensors, "
               "fwd+bwd 5 (+1 each with a residual); frac = floor / time%s\n\n",
               st.device ? "" : "; each row's copy bandwidth measured beside it (copy GB/s)");
@@ -388,8 +407,9 @@ void print_row(const Result& r, const Settings& st, double copy_GBps) {
 
 void print_json(const std::vector<Result>& results, const Settings& st, double run_copy_GBps,
                 const DecodeRun* decode) {
-  std::printf("{\"backend\": %s, \"threads\": %lld, \"copy_GBps\": %s, \"results\": [",
-              json_str(st.bname).c_str(), (long long)st.threads, json_num(run_copy_GBps).c_str());
+  std::printf("{\"backend\": %s, \"threads\": %lld, \"activation\": %s, \"copy_GBps\": %s, \"results\": [",
+              json_str(st.bname).c_str(), (long long)st.threads, json_str(sc_activation_name(st.act)).c_str(),
+              json_num(run_copy_GBps).c_str());
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     const double fb = r.fwd_tensors * double(r.x_bytes), bb = r.fwdbwd_tensors * double(r.x_bytes);
@@ -442,7 +462,7 @@ DecodeSettings decode_settings(const Options& opt, const Settings& st) {
 int bench_main(int argc, char** argv) {
   Options opt;
   opt.flags = {"--json", "--help", "-h", "--states", "--residual", "--decode", "--no-decode"};
-  opt.valued = {"--backend", "--shape", "--seqs", "--dtype", "--width", "--layout", "--reps",
+  opt.valued = {"--backend", "--shape", "--seqs", "--dtype", "--width", "--layout", "--activation", "--reps",
                 "--threads"};
   if (int rc = parse_command_line(opt, argc, argv, "bench", usage); rc >= 0) return rc;
   Settings st;

@@ -211,57 +211,78 @@ struct OpsF {
 // significant bits.  The backward keeps OpsF's exp: its dpre feeds fp32
 // accumulations (dweight, dbias, dinitial_state) that may be fp32 outputs.
 //
-// e^x = 2^n 2^f, n = rint(x log2e), f = x log2e - n (one fma), 2^f a
-// degree-kDeg polynomial (minimax relative error on [-1/2, 1/2], fitted for
-// these float coefficients).  Instead of OpsF's 17 operations, 12 (kDeg 3)
-// or 13 (kDeg 4): no two-part ln2 reduction, a shorter polynomial.
+// e^x = 2^n 2^f, n = rint(x log2e), 2^f a degree-kDeg polynomial (minimax
+// relative error on [-1/2, 1/2], fitted for these float coefficients): no
+// two-part ln2 reduction, a shorter polynomial.
+// - AVX-512 (8 operations with kDeg 3, against OpsF's 17): t = x log2e
+//   rounded, the negation of SiLU's e^-z folded into that product by the
+//   compiler, t clamped below only, n = rint(t), f = t - n, p(f) by Horner,
+//   2^n p by scalef.  No upper clamp: once |t| >= 2^23 it is an integer, so
+//   f = 0 and scalef overflows to +inf exactly where e^x does; t = +inf gives
+//   f = NaN (silu(-inf) = -inf / inf = NaN either way).  On the project's Zen 4
+//   VM a 512-bit operation issues as two halves and SiLU's operations bound the
+//   bf16 forward (it ran at the same speed from memory and from cache).
+// - Other ISAs (12 or 13 operations): x clamped to [kExpLo, kExpInf],
+//   f = x log2e - n in one fma, p(f) by Estrin's scheme, 2^n by the exponent
+//   field (the magic-number rounding needs |x log2e| < 2^22).
 //
 // Error bound of SiLU's y = z / (1 + e^-z) before rounding, e = e^x, x = -z:
 //   polynomial                 7.49e-5 (kDeg 3), 2.69e-6 (kDeg 4)  (fit, in float)
-//   f's argument error         |x| |log2e - fl(log2e)| <= 89.25 * 1.93e-8
-//                              = 1.73e-6 in f, 1.2e-6 relative in 2^f
+//   f's argument error         fma form: |x| |log2e - fl(log2e)| <= 89.25 * 1.93e-8
+//                              = 1.73e-6 in f; AVX-512 also the rounding of t,
+//                              |t| 2^-24 <= 128 * 2^-24 = 7.6e-6 (|t| <= 128
+//                              wherever e is finite and not below 2^-126):
+//                              at most 9.4e-6 in f, ln2 times that, 6.5e-6,
+//                              relative in 2^f
 //   rounding of f and of p     <= 4e-7 (each operation rounds once; the
 //                              terms past c0 + c1 f are small next to
-//                              p(f) >= 0.7 on the interval)
+//                              p(f) >= 0.7 on the interval; t - n is exact)
 //   scaling by 2^n             exact (powers of two, normal results: n >= -124)
-//   so |e~/e - 1| <= 7.7e-5 (kDeg 3) resp. 4.3e-6 (kDeg 4).  1 + e moves
+//   so |e~/e - 1| <= 8.2e-5 (kDeg 3) resp. 9.6e-6 (kDeg 4).  1 + e moves
 //   by at most e/(1+e) < 1 times that, relatively, and the add and the
-//   division round once each (2^-24): |y~/y - 1| <= 7.8e-5 < 2^-13.6
-//   resp. 4.5e-6 < 2^-17.7.
+//   division round once each (2^-24): |y~/y - 1| <= 8.3e-5 < 2^-13.5
+//   resp. 9.8e-6 < 2^-16.6.
 // bf16 rounds at a relative half-ulp of at least 2^-9, fp16 at least 2^-12,
 // so the stored y is the correctly rounded value or its neighbour: within
 // one ulp (tested over every bf16 and fp16 input, activation_test.cpp).
-// The ends of the range are OpsF's: x clamped to [kExpLo, kExpInf], +inf
-// past log(FLT_MAX) (so silu(-inf) = -inf / inf = NaN, silu(-1e30) = -0),
-// e^kExpLo (~4e-38, invisible next to 1) below; a NaN z stays NaN in z / d.
+// The ends of the range are OpsF's: +inf past log(FLT_MAX) (so silu(-inf) =
+// -inf / inf = NaN, silu(-1e30) = -0), e^kExpLo (~4e-38, invisible next to
+// 1) below; a NaN z stays NaN in z / d.
 template <int kDeg>
 struct OpsFNarrow : OpsF {
   static_assert(kDeg == 3 || kDeg == 4, "fitted degrees");
+  // p(f) ~ 2^f (times kQ): coefficients of f^0 .. f^kDeg.
+  static constexpr float kC3[4] = {9.9992805719e-01f, 6.9326096773e-01f, 2.4261109531e-01f,
+                                   5.5171646178e-02f};
+  static constexpr float kC4[5] = {9.9999928474e-01f, 6.9312179089e-01f, 2.4024744332e-01f,
+                                   5.5917859077e-02f, 9.5700994134e-03f};
+  static constexpr float c(int i) { return kQ * (kDeg == 3 ? kC3[i] : kC4[i]); }
+  static constexpr float kLog2e = 1.44269504088896341f;
   static V exp(V x0) {
-    const V x = clamp(x0, kExpLo, kExpInf), log2e = set1(1.44269504088896341f);
 #if SC_ISA == 2
-    const V n = _mm512_roundscale_ps(x * log2e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    // max(lo, t) keeps a NaN t (x86's max returns its second operand then)
+    const V t = _mm512_max_ps(set1(kExpLo * kLog2e), x0 * set1(kLog2e));
+    const V n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const V f = t - n;  // exact; |f| <= 1/2
+    V q = set1(c(kDeg));
+    for (int i = kDeg - 1; i >= 0; --i) q = fma(q, f, set1(c(i)));
+    return _mm512_scalef_ps(q, n);
 #else
+    const V x = clamp(x0, kExpLo, kExpInf), log2e = set1(kLog2e);
     const V k = fma(x, log2e, set1(kMagic));
     const V n = k - set1(kMagic);
-#endif
     const V f = fma(x, log2e, -n);  // |f| <= 1/2 (+ the argument error)
     // Estrin's scheme (one multiply more than Horner, a dependency chain of
-    // 3 operations instead of kDeg: the loops are bound by how many vectors
+    // 3 operations instead of kDeg: these loops are bound by how many vectors
     // are in flight, and every vector waits for its whole chain).
     const V f2 = f * f;
     V q;
     if constexpr (kDeg == 3) {
-      q = fma(fma(set1(kQ * 5.5171646178e-02f), f, set1(kQ * 2.4261109531e-01f)), f2,
-              fma(set1(kQ * 6.9326096773e-01f), f, set1(kQ * 9.9992805719e-01f)));
+      q = fma(fma(set1(c(3)), f, set1(c(2))), f2, fma(set1(c(1)), f, set1(c(0))));
     } else {
-      q = fma(fma(set1(kQ * 9.5700994134e-03f), f2,
-                  fma(set1(kQ * 5.5917859077e-02f), f, set1(kQ * 2.4024744332e-01f))),
-              f2, fma(set1(kQ * 6.9312179089e-01f), f, set1(kQ * 9.9999928474e-01f)));
+      q = fma(fma(set1(c(4)), f2, fma(set1(c(3)), f, set1(c(2)))), f2,
+              fma(set1(c(1)), f, set1(c(0))));
     }
-#if SC_ISA == 2
-    return _mm512_scalef_ps(q, n);
-#else
     return q * pow2_nm1(k);  // q = 2p (kQ = 2): 2^n p = 2^(n-1) q
 #endif
   }

@@ -116,7 +116,7 @@ TEST_P(ActivationRange, SiluAndIdentityOverEveryDtypesRange) {
 // Every bf16 and every fp16 value as x (65536 bit patterns each): y = silu(x)
 // and dx = dy silu'(x) against the oracle, element by element.  On the CPU
 // the stored result is the correctly rounded one or its neighbour (one ulp:
-// the forward's cheaper exp for 16-bit outputs is within 2^-13.6 of the
+// the forward's cheaper exp for 16-bit outputs is within 2^-13.5 of the
 // exact SiLU, below both half-ulps; src/cpu/cpu_simd.hpp, OpsFNarrow), NaN
 // where the oracle is NaN, the same infinity, and results below the flush
 // bound of the previous test may be zero.  Other backends: that test's
