@@ -57,6 +57,10 @@ double empty_kernel_eager_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1);
 // index-then-row chain of a step on a pool (latency_kernels.cu).
 double round_trips_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
                             int min_reps, int calls, int hops, std::string* msg);
+// The same for one device-to-device copy of bytes / 2 (so `bytes` moved,
+// read + written) per call, rotating over `copies` buffer pairs.
+double copy_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol, int min_reps,
+                     int calls, int64_t bytes, int copies, std::string* msg);
 #endif
 
 // Prepared copies of case c (seeds 1, 2, ...) on `stream`, as many as make

@@ -18,7 +18,10 @@
 // kernel's graph and eager times, and the graph times of one round trip and
 // of an index load followed by a dependent load (latency_kernels.cu: the
 // latency floor of a step that finds its rows through device indices), come
-// from the same run.
+// from the same run, and per case a device copy moving the step's bytes in
+// one launch ("copy_us"; copy_frac = floor / copy_us: the fraction of the
+// floor a plain copy of that size reaches, the bandwidth-side ceiling of a
+// step of that size).
 // Host backends: steady_clock per call, median.
 #include <algorithm>
 #include <cmath>
@@ -109,6 +112,9 @@ DecodeResult bench_case(const DecodeShape& s, const DecodeSettings& st, const Ti
     const int calls = copies * ((kDecodeGraphCalls + copies - 1) / copies);
     r.us = graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps), calls, call, &r.reps, &msg);
     if (!(r.us > 0)) status = SC_ERR_BACKEND;
+    std::string copy_msg;  // (a failed reference leaves copy_us NAN; the step's figures stand)
+    r.copy_us = copy_graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps), calls, r.bytes, copies,
+                              &copy_msg);
   }
 #endif
   if (status != SC_OK) r.error = std::string(sc_status_string(status)) + ": " + msg;
@@ -168,8 +174,8 @@ void print_decode_header(const DecodeSettings& st, double copy_GBps, const Decod
     std::printf("; empty kernel %.2f us (graph), %.2f us (eager); one round trip %.2f us, an index "
                 "then a load %.2f us (graph)",
                 run.empty_us, run.empty_call_us, run.trip_us, run.index_trip_us);
-  std::printf("\n%-5s %-5s %5s %5s %2s %10s %9s %6s %8s %10s\n", "rows", "dtype", "D", "batch", "T",
-              "us", "floor_us", "frac", "/empty", "eager_us");
+  std::printf("\n%-5s %-5s %5s %5s %2s %10s %9s %6s %8s %10s %8s %9s\n", "rows", "dtype", "D", "batch", "T",
+              "us", "floor_us", "frac", "/empty", "eager_us", "copy_us", "copy_frac");
 }
 
 void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double copy_GBps,
@@ -181,8 +187,8 @@ void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double co
     std::printf("ERROR %s\n", r.error.c_str());
   } else {
     const double floor_us = double(r.bytes) / (copy_GBps * 1e3);
-    std::printf("%10.2f %9.2f %6.3f %8.2f %10.1f\n", r.us, floor_us, floor_us / r.us,
-                st.device ? r.us / run.empty_us : NAN, r.call_us);
+    std::printf("%10.2f %9.2f %6.3f %8.2f %10.1f %8.2f %9.3f\n", r.us, floor_us, floor_us / r.us,
+                st.device ? r.us / run.empty_us : NAN, r.call_us, r.copy_us, floor_us / r.copy_us);
   }
   std::fflush(stdout);
 }
@@ -204,7 +210,8 @@ std::string decode_json(const DecodeRun& run, double copy_GBps) {
          ", \"us\": " + json_num(ok ? r.us : NAN) + ", \"floor_us\": " + json_num(floor_us) +
          ", \"frac\": " + json_num(ok ? floor_us / r.us : NAN) + ", \"per_empty\": " +
          json_num(ok ? r.us / run.empty_us : NAN) + ", \"call_us\": " +
-         json_num(ok ? r.call_us : NAN) + ", \"reps\": " + std::to_string(r.reps) +
+         json_num(ok ? r.call_us : NAN) + ", \"copy_us\": " + json_num(r.copy_us) +
+         ", \"copy_frac\": " + json_num(floor_us / r.copy_us) + ", \"reps\": " + std::to_string(r.reps) +
          ", \"error\": " + json_str(r.error) + "}";
   }
   return s + "\n]";

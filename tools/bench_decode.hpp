@@ -33,6 +33,7 @@ struct DecodeResult {
   int64_t bytes = 0;        // the floor's bytes of one step
   double us = NAN;          // per step: GPU time from graph replays, or the host's median
   double call_us = NAN;     // one eager call (host path included)
+  double copy_us = NAN;     // GPU: one copy moving `bytes` (half read, half written), graph-timed
   int reps = 0;
   std::string error;
 };

@@ -8,8 +8,16 @@
 //   the shape of a decode step on a pool (the row index, then the row) with
 //   nothing else: the latency floor of any kernel that addresses its rows
 //   through indices read on the device.  Its buffers are a few KB, so their
-//   lines stay in L2 across replays, like a small step's rows.
+//   lines stay in L2 across replays, like a small step's rows;
+// - a copy of a step's bytes: half of them read and half written by one
+//   device-to-device cudaMemcpyAsync (the copy that measures the bandwidth
+//   floor), rotating over as many buffer pairs as the step rotates copies.
+//   Its time is what a single launch moving those bytes takes at that size,
+//   launch and ramp included: the floor's bandwidth is that of a 1 GB copy.
 #include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "bench_clock.hpp"
 
@@ -78,6 +86,29 @@ double round_trips_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, cons
   cudaFree(idx);
   cudaFree(src);
   cudaFree(dst);
+  return us;
+}
+
+double copy_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol, int min_reps,
+                     int calls, int64_t bytes, int copies, std::string* msg) {
+  const size_t half = size_t((bytes / 2 + 15) / 16 * 16);  // read, and written
+  std::vector<void*> buf(size_t(2 * std::max(copies, 1)), nullptr);
+  bool ok = half > 0;
+  for (void*& b : buf) ok = ok && cudaMalloc(&b, half) == cudaSuccess && cudaMemset(b, 1, half) == cudaSuccess;
+  double us = NAN;
+  if (ok) {
+    int reps = 0;
+    const int pairs = int(buf.size() / 2);
+    us = graph_us(s, e0, e1, pol, min_reps, calls,
+                  [&](int i) {
+                    const int k = i % pairs;
+                    cudaMemcpyAsync(buf[size_t(2 * k + 1)], buf[size_t(2 * k)], half, cudaMemcpyDeviceToDevice, s);
+                  },
+                  &reps, msg);
+  } else {
+    *msg = "copy: buffers not allocated";
+  }
+  for (void* b : buf) cudaFree(b);
   return us;
 }
 
