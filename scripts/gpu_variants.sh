@@ -46,7 +46,7 @@ for round in $(seq 1 "${GPU_VARIANT_ROUNDS:-2}"); do
     for args in "${ROWSETS[@]}"; do
       echo "## $name | $args" >>"$O/bench.txt"
       # shellcheck disable=SC2086
-      "$cli" bench --backend cuda --dtype bf16 $args 2>&1 | grep -E '^(dense|packed)' >>"$O/bench.txt"
+      "$cli" bench --backend cuda --dtype bf16 $args 2>&1 | grep -E "^(dense|packed|vllm |rows )" >>"$O/bench.txt"
     done
   done
   echo "round $round $(( $(date +%s) - t0 ))s" >>"$O/builds.txt"

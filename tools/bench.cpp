@@ -125,7 +125,9 @@ void usage(FILE* f) {
                "                  tokens, every 8th slot padded, [P, D, S] and vLLM's channel-\n"
                "                  contiguous rows): us per step (GPU: CUDA-graph replays), the\n"
                "                  floor of x, y and the state entries read and written, an\n"
-               "                  empty kernel's time in the same run, the eager call\n"
+               "                  empty kernel's time in the same run, the eager call; on a\n"
+               "                  GPU then a copy of each step's bytes in one launch (what a\n"
+               "                  plain copy of that size reaches of the floor)\n"
                "  --no-decode     skip the decode section (--shape skips it too)\n",
                backend_names("|", "|").c_str(), backend_names(", ", " or ").c_str(),
                sc_backend_name(SC_BACKEND_CPU), kHostTiming.min_reps, kDeviceTiming.min_reps);
@@ -492,6 +494,7 @@ int bench_main(int argc, char** argv) {
       print_decode_row(run.results.back(), ds, clock.copy_GBps, run);
     });
     for (const DecodeResult& r : decode.results) any_error = any_error || !r.error.empty();
+    if (!st.json && ds.device) print_decode_copies(decode, clock.copy_GBps);
   }
   if (st.json) print_json(results, st, clock.copy_GBps, sec.decode ? &decode : nullptr);
   return any_error ? 1 : 0;

@@ -18,10 +18,11 @@
 // kernel's graph and eager times, and the graph times of one round trip and
 // of an index load followed by a dependent load (latency_kernels.cu: the
 // latency floor of a step that finds its rows through device indices), come
-// from the same run, and per case a device copy moving the step's bytes in
-// one launch ("copy_us"; copy_frac = floor / copy_us: the fraction of the
-// floor a plain copy of that size reaches, the bandwidth-side ceiling of a
-// step of that size).
+// from the same run; and per case, after every step was timed (so that its
+// load does not precede a step's timing), a device copy moving the step's
+// bytes in one launch ("copy_us"; copy_frac = floor / copy_us: the fraction of
+// the floor a plain copy of that size reaches, the bandwidth-side ceiling of
+// a step of that size).
 // Host backends: steady_clock per call, median.
 #include <algorithm>
 #include <cmath>
@@ -98,6 +99,7 @@ DecodeResult bench_case(const DecodeShape& s, const DecodeSettings& st, const Ti
                                   clock.stream(), &r.error);
   if (ps.empty()) return r;
   const int copies = int(ps.size());
+  r.copies = copies;
   sc_status status = SC_OK;
   std::string msg;
   auto call = [&](int i) {
@@ -112,9 +114,7 @@ DecodeResult bench_case(const DecodeShape& s, const DecodeSettings& st, const Ti
     const int calls = copies * ((kDecodeGraphCalls + copies - 1) / copies);
     r.us = graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps), calls, call, &r.reps, &msg);
     if (!(r.us > 0)) status = SC_ERR_BACKEND;
-    std::string copy_msg;  // (a failed reference leaves copy_us NAN; the step's figures stand)
-    r.copy_us = copy_graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps), calls, r.bytes, copies,
-                              &copy_msg);
+
   }
 #endif
   if (status != SC_OK) r.error = std::string(sc_status_string(status)) + ": " + msg;
@@ -160,6 +160,15 @@ DecodeRun bench_decode(const DecodeSettings& st, const Timing& pol, const Clock&
     run.results.push_back(bench_case(s, st, pol, clock));
     if (each) each(run);
   }
+#ifdef SHORTCONV_WITH_CUDA
+  if (st.device)
+    for (DecodeResult& r : run.results) {
+      if (!r.error.empty()) continue;
+      const int calls = r.copies * ((kDecodeGraphCalls + r.copies - 1) / r.copies);
+      std::string msg;  // (a failed reference leaves copy_us NAN; the step's figures stand)
+      r.copy_us = copy_graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps), calls, r.bytes, r.copies, &msg);
+    }
+#endif
   return run;
 }
 
@@ -174,8 +183,8 @@ void print_decode_header(const DecodeSettings& st, double copy_GBps, const Decod
     std::printf("; empty kernel %.2f us (graph), %.2f us (eager); one round trip %.2f us, an index "
                 "then a load %.2f us (graph)",
                 run.empty_us, run.empty_call_us, run.trip_us, run.index_trip_us);
-  std::printf("\n%-5s %-5s %5s %5s %2s %10s %9s %6s %8s %10s %8s %9s\n", "rows", "dtype", "D", "batch", "T",
-              "us", "floor_us", "frac", "/empty", "eager_us", "copy_us", "copy_frac");
+  std::printf("\n%-5s %-5s %5s %5s %2s %10s %9s %6s %8s %10s\n", "rows", "dtype", "D", "batch", "T",
+              "us", "floor_us", "frac", "/empty", "eager_us");
 }
 
 void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double copy_GBps,
@@ -187,8 +196,23 @@ void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double co
     std::printf("ERROR %s\n", r.error.c_str());
   } else {
     const double floor_us = double(r.bytes) / (copy_GBps * 1e3);
-    std::printf("%10.2f %9.2f %6.3f %8.2f %10.1f %8.2f %9.3f\n", r.us, floor_us, floor_us / r.us,
-                st.device ? r.us / run.empty_us : NAN, r.call_us, r.copy_us, floor_us / r.copy_us);
+    std::printf("%10.2f %9.2f %6.3f %8.2f %10.1f\n", r.us, floor_us, floor_us / r.us,
+                st.device ? r.us / run.empty_us : NAN, r.call_us);
+  }
+  std::fflush(stdout);
+}
+
+void print_decode_copies(const DecodeRun& run, double copy_GBps) {
+  std::printf("\ncopy of each step's bytes in one launch (half read, half written; graph-timed after the "
+              "steps): copy_frac = floor / copy_us, step/copy = the step's us / copy_us\n");
+  std::printf("%-5s %-5s %5s %5s %2s %10s %9s %9s %9s\n", "rows", "dtype", "D", "batch", "T", "bytes",
+              "copy_us", "copy_frac", "step/copy");
+  for (const DecodeResult& r : run.results) {
+    if (!r.error.empty()) continue;
+    const double floor_us = double(r.bytes) / (copy_GBps * 1e3);
+    std::printf("%-5s %-5s %5lld %5lld %2lld %10lld %9.2f %9.3f %9.2f\n", r.shape.vllm_rows ? "vllm" : "rows",
+                dtype_label(r.dtype), (long long)r.shape.D, (long long)r.shape.batch, (long long)r.shape.T,
+                (long long)r.bytes, r.copy_us, floor_us / r.copy_us, r.us / r.copy_us);
   }
   std::fflush(stdout);
 }

@@ -34,6 +34,7 @@ struct DecodeResult {
   double us = NAN;          // per step: GPU time from graph replays, or the host's median
   double call_us = NAN;     // one eager call (host path included)
   double copy_us = NAN;     // GPU: one copy moving `bytes` (half read, half written), graph-timed
+  int copies = 0;           // buffer copies rotated (the copy reference rotates as many)
   int reps = 0;
   std::string error;
 };
@@ -52,6 +53,8 @@ DecodeRun bench_decode(const DecodeSettings& st, const Timing& pol, const Clock&
 void print_decode_header(const DecodeSettings& st, double copy_GBps, const DecodeRun& run);
 void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double copy_GBps,
                       const DecodeRun& run);
+// The copy references of a device run (copy_us per case), one table.
+void print_decode_copies(const DecodeRun& run, double copy_GBps);
 // `"empty_kernel_us": ..., "empty_kernel_call_us": ..., "round_trip_us": ...,
 // "index_round_trip_us": ..., "decode": [...]` for the JSON object.
 std::string decode_json(const DecodeRun& run, double copy_GBps);

@@ -13,10 +13,9 @@
 // from = s + L - E (E = S; speculative: (W-2) + L entries from the row's start).
 //
 // Ownership and grid: decode.cu's.  A thread owns CH consecutive channels of
-// one sequence (kVecBytes of x per token, or kWideBytes in the wide instance;
-// fwd_decode_linear: of NSEQ consecutive sequences, the plan's seqs); a block
-// kThreads threads along the channels; grid ceil(N / NSEQ) x ceil(D /
-// (kThreads * CH)).  No workspace, no host synchronisation; row indices, flags and
+// one sequence (kVecBytes of x per token, or kWideBytes in the wide instance);
+// a block kThreads threads along the channels; grid N x ceil(D / (kThreads *
+// CH)).  No workspace, no host synchronisation; row indices, flags and
 // accepted counts are read on the device and clamped (semantics §7).
 //
 // Why kernels of their own: decode.cu's generic instance holds the window and
@@ -45,130 +44,90 @@ namespace shortconv::cuda {
 namespace {
 
 // Blocks per SM the instance is compiled for (its register cap).
-template <class T, int CH, bool RAW, int NSEQ>
+template <class T, int CH, bool RAW>
 constexpr int linear_min_blocks() {
   if (CH * int(sizeof(T)) == DecodeTraits::kVecBytes)
     return sizeof(T) == 2 ? DecodeTraits::kMinBlocksLinear16 : DecodeTraits::kMinBlocksPerSm;
   if (!RAW) return DecodeTraits::kMinBlocksPerSm;
-  if (NSEQ > 1) return DecodeTraits::kMinBlocksWidePairs;
   return sizeof(T) == 2 ? DecodeTraits::kMinBlocksWide16 : DecodeTraits::kMinBlocksWide32;
 }
 
-// One sequence of a linear step on vLLM rows, as fwd_decode_linear runs it:
-// load() requests its first token's x and its window (no waiting: the values
-// are first used by finish()), copy_older() copies the row's entries older
-// than the window (rows longer than W-1), finish() stores the kept entries and
-// runs the tokens.  A thread with NSEQ sequences calls each phase for all of
-// them before the next phase, so the later sequences' loads are in flight
-// while the first one's stores go out.
+// RAW: the taps as RawTaps (the plan's raw_taps: W = kVecWmax), else AccTaps.
 template <class T, int CH, bool RAW>
-struct LinearSeq {
+__global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, RAW>()))
+    fwd_decode_linear(const Args a) {
   using A = acc_t<T>;
   using P = Pack<T, CH>;
-  static constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1;
-  Seq q;
-  int64_t s, base, from, lo;
-  const T* h0;  // row `in` at channel d0 (entry j at h0 + j * a.h0.s2), or null
-  T* ht;        // row `out` of ht, or null
-  const T* xp;  // token 0's x at channel d0 (token t at xp + t * a.x.s1)
-  P xn;         // the next token's x
-  P win[H];     // win[i] = u[s - H + i] as raw words (zeros: padding, or no initial state)
-
-  __device__ __forceinline__ void load(const Args& a, int64_t n, int64_t d0, int kpad) {
-    const int W = a.W;
-    q = seq_of(a, n);
-    const int64_t in = h0_row_of(a, n), out = ht_row_of(a, n);
-    const bool spec = a.accepted.p != nullptr;
-    s = spec ? W - 1 : a.S;
-    base = 0;  // the h0 entry of u[0]: a_n - 1, clamped so the window lies in the row
-    if (spec && in >= 0) {
-      const int64_t v = ld_index(a.accepted, n), hi = a.S - (W - 1) + 1;
-      base = (v < 1 ? 1 : v > hi ? hi : v) - 1;
-    }
-    h0 = in >= 0 ? static_cast<const T*>(a.h0.p) + in * a.h0.s0 + d0 : nullptr;
-    ht = out >= 0 ? static_cast<T*>(a.ht.p) + out * a.ht.s0 + d0 : nullptr;
-    xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * a.x.s1 + d0 * a.x.s2;
-    // The first token's x, issued before the window's loads, which wait for
-    // the row index (x does not); each later token's x is issued before the
-    // previous token's stores (H200, bf16, vLLM rows, same call: batch 1 2.58
-    // -> 2.36 us, 1+3 tokens 3.54 -> 3.06; batch 256, D = 8192 12.21 -> 11.8,
-    // 1+3 tokens 22.8 -> 21.5).  (The same in fwd_decode_linear_rows was 4-8%
-    // slower at batch 64-256: its row block leaves no registers for it.)
-    xn = q.L > 0 ? ldp<T, CH>(xp) : P::zero();
-    const int64_t sh = a.h0.s2;
-#pragma unroll
-    for (int i = 0; i < H; ++i) win[i] = h0 && i >= kpad ? ldp<T, CH>(h0 + (base + s - H + i) * sh) : P::zero();
-    int64_t E = a.S;
-    if (spec) E = q.L > 0 ? (W - 2 + q.L < a.S ? W - 2 + q.L : a.S) : 0;
-    from = s + q.L - E;
-    lo = s - (W - 1);  // the window's oldest entry
-  }
-  // The row's entries u[from ..] that precede the window (rows longer than
-  // W-1), while only the window's registers are live (the taps' then fit the
-  // instance's cap).
-  __device__ __forceinline__ void copy_older(const Args& a) {
-    if (ht)
-      for (int64_t p = from; p < lo; ++p)
-        stp<T, CH>(ht + (p - from) * a.ht.s2, h0 ? ldp<T, CH>(h0 + (base + p) * a.h0.s2) : P::zero());
-  }
-  template <class Taps>
-  __device__ __forceinline__ void finish(const Args& a, Taps& taps, const RuntimeAct<MathOf<T>>& act,
-                                         int64_t d0, int kpad) {
-    const int64_t so = a.ht.s2, sx = a.x.s1;
-    if (ht) {  // (after the taps' loads: these stores wait for the window's)
-#pragma unroll
-      for (int i = 0; i < H; ++i)
-        if (i >= kpad && s - H + i >= from) stp<T, CH>(ht + (s - H + i - from) * so, win[i]);
-    }
-    for (int64_t t = 0; t < q.L; ++t) {
-      const P xv = xn;
-      if (t + 1 < q.L) xn = ldp<T, CH>(xp + (t + 1) * sx);  // in flight during this token's stores
-      taps.per_token();
-      A acc[CH];
-#pragma unroll
-      for (int c = 0; c < CH; ++c) {
-        acc[c] = taps.bias(c);  // bias, then taps oldest -> newest: the order of every path
-#pragma unroll
-        for (int k = 0; k < H; ++k)
-          if (k >= kpad) acc[c] = fma(taps.tap(k, c), win[k].get(c), acc[c]);
-        acc[c] = fma(taps.tap(H, c), xv.get(c), acc[c]);
-      }
-#pragma unroll
-      for (int i = 0; i + 1 < H; ++i) win[i] = win[i + 1];
-      win[H - 1] = xv;
-      decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc);
-      if (ht && s + t >= from) stp<T, CH>(ht + (s + t - from) * so, xv);
-    }
-  }
-};
-
-// RAW: the taps as RawTaps (the plan's raw_taps: W = kVecWmax), else AccTaps.
-// NSEQ: sequences per thread (the plan's seqs; blockIdx.x covers sequences
-// blockIdx.x * NSEQ ..), their phases interleaved (LinearSeq) and the taps,
-// which depend on the channels only, loaded once.
-template <class T, int CH, bool RAW, int NSEQ>
-__global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, RAW, NSEQ>()))
-    fwd_decode_linear(const Args a) {
-  constexpr int WMAX = DecodeTraits::kVecWmax;
-  static_assert(NSEQ >= 1 && (NSEQ == 1 || RAW), "several sequences per thread with raw taps only");
-  const int64_t n0 = int64_t(blockIdx.x) * NSEQ;
+  constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1;
+  const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
-  if (n0 >= a.N || d0 >= a.D) return;
-  const int kpad = RAW ? 0 : WMAX - a.W;  // taps below kpad are padding, never multiplied
-  LinearSeq<T, CH, RAW> sq[NSEQ];
+  if (n >= a.N || d0 >= a.D) return;
+  const int W = a.W;
+  const int kpad = RAW ? 0 : WMAX - W;  // taps below kpad are padding, never multiplied
+  const Seq q = seq_of(a, n);
+  const int64_t in = h0_row_of(a, n), out = ht_row_of(a, n);
+  const bool spec = a.accepted.p != nullptr;
+  const int64_t s = spec ? W - 1 : a.S;
+  int64_t base = 0;  // the h0 entry of u[0]: a_n - 1, clamped so the window lies in the row
+  if (spec && in >= 0) {
+    const int64_t v = ld_index(a.accepted, n), hi = a.S - (W - 1) + 1;
+    base = (v < 1 ? 1 : v > hi ? hi : v) - 1;
+  }
+  // h0: row `in` at channel d0 (entry j at h0 + j * sh), ht: row `out`; x token t at xp + t * sx
+  const int64_t sh = a.h0.s2, so = a.ht.s2, sx = a.x.s1;
+  const T* h0 = in >= 0 ? static_cast<const T*>(a.h0.p) + in * a.h0.s0 + d0 : nullptr;
+  T* ht = out >= 0 ? static_cast<T*>(a.ht.p) + out * a.ht.s0 + d0 : nullptr;
+  const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * sx + d0 * a.x.s2;
+
+  // The first token's x, issued before the window's loads, which wait for the
+  // row index (x does not); each later token's x is issued before the previous
+  // token's stores (H200, bf16, vLLM rows, same call: batch 1 2.58 -> 2.36 us,
+  // 1+3 tokens 3.54 -> 3.06; batch 256, D = 8192 12.21 -> 11.8, 1+3 tokens
+  // 22.8 -> 21.5).  (The same in fwd_decode_linear_rows was 4-8% slower at
+  // batch 64-256: its row block leaves no registers for it.)
+  P xn = q.L > 0 ? ldp<T, CH>(xp) : P::zero();
+  // The window's loads, then the taps' (one round trip after the row index).
+  P win[H];  // win[i] = u[s - H + i] as raw words (zeros: padding, or no initial state)
 #pragma unroll
-  for (int k = 0; k < NSEQ; ++k)
-    if (n0 + k < a.N) sq[k].load(a, n0 + k, d0, kpad);
-#pragma unroll
-  for (int k = 0; k < NSEQ; ++k)
-    if (n0 + k < a.N) sq[k].copy_older(a);
+  for (int i = 0; i < H; ++i) win[i] = h0 && i >= kpad ? ldp<T, CH>(h0 + (base + s - H + i) * sh) : P::zero();
+  // The row's entries u[from ..] that precede x, before the first token: those
+  // older than the window (rows longer than W-1) copied first, while only the
+  // window's registers are live (the taps' then fit the instance's cap).
+  int64_t E = a.S;
+  if (spec) E = q.L > 0 ? (W - 2 + q.L < a.S ? W - 2 + q.L : a.S) : 0;
+  const int64_t from = s + q.L - E, lo = s - (W - 1);  // lo: the window's oldest entry
+  if (ht)
+    for (int64_t p = from; p < lo; ++p)
+      stp<T, CH>(ht + (p - from) * so, h0 ? ldp<T, CH>(h0 + (base + p) * sh) : P::zero());
   std::conditional_t<RAW, RawTaps<T, WMAX, CH>, AccTaps<T, WMAX, CH>> taps;
   const RuntimeAct<MathOf<T>> act{a.act};
   if constexpr (RAW) taps.load(a, d0);
-  else taps.load(a, d0, kpad, acc_t<T>(act.scale()));
+  else taps.load(a, d0, kpad, A(act.scale()));
+  if (ht) {  // (after the taps' loads: these stores wait for the window's)
 #pragma unroll
-  for (int k = 0; k < NSEQ; ++k)
-    if (n0 + k < a.N) sq[k].finish(a, taps, act, d0, kpad);
+    for (int i = 0; i < H; ++i)
+      if (i >= kpad && s - H + i >= from) stp<T, CH>(ht + (s - H + i - from) * so, win[i]);
+  }
+
+  for (int64_t t = 0; t < q.L; ++t) {
+    const P xv = xn;
+    if (t + 1 < q.L) xn = ldp<T, CH>(xp + (t + 1) * sx);  // in flight during this token's stores
+    taps.per_token();
+    A acc[CH];
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      acc[c] = taps.bias(c);  // bias, then taps oldest -> newest: the order of every path
+#pragma unroll
+      for (int k = 0; k < H; ++k)
+        if (k >= kpad) acc[c] = fma(taps.tap(k, c), win[k].get(c), acc[c]);
+      acc[c] = fma(taps.tap(H, c), xv.get(c), acc[c]);
+    }
+#pragma unroll
+    for (int i = 0; i + 1 < H; ++i) win[i] = win[i + 1];
+    win[H - 1] = xv;
+    decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc);
+    if (ht && s + t >= from) stp<T, CH>(ht + (s + t - from) * so, xv);
+  }
 }
 
 // [P, D, S] rows (StateIo::row_vec) with S = S_ (W - 1 or W, W = kVecWmax): a
@@ -235,7 +194,7 @@ struct RowBlock {
 // kept entries, the window and the first tokens are live at once).
 template <class T, int CH, int S_, bool SPEC>
 constexpr int rows_min_blocks() {
-  if (!SPEC) return linear_min_blocks<T, CH, true, 1>();
+  if (!SPEC) return linear_min_blocks<T, CH, true>();
   return DecodeTraits::spec_rows_min_blocks(S_ - (DecodeTraits::kVecWmax - 1));
 }
 
@@ -372,12 +331,6 @@ cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a
     } else {
       constexpr int kWide = DecodeTraits::kWideBytes / int(sizeof(T));
       constexpr int kNarrow = DecodeTraits::kVecBytes / int(sizeof(T));
-      static_assert(DecodeTraits::kMaxSeqsPerThread == 2, "one instance per sequence count below");
-      if (pl.seqs != 1) {
-        if (pl.seqs == 2 && pl.ch == kWide && pl.raw_taps && pl.row_regs == 0)
-          return l->main("fwd_decode_linear(channel rows, raw taps, 2 sequences per thread)", fwd_decode_linear<T, kWide, true, 2>, pl, a);
-        return l->no_instance("decode, several sequences per thread (2, wide, vLLM rows, raw taps)");
-      }
       if (pl.ch == kWide && pl.row_regs > 0) {
         constexpr int H = DecodeTraits::kVecWmax - 1;
         if (p.accepted) {  // S = (W-1) + K, K = 1 .. kSpecRowsMaxDrafts
@@ -398,13 +351,13 @@ cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a
       }
       if (pl.ch == kWide) {
         if (pl.raw_taps)
-          return l->main("fwd_decode_linear(channel rows, raw taps)", fwd_decode_linear<T, kWide, true, 1>, pl, a);
-        return l->main("fwd_decode_linear(channel rows)", fwd_decode_linear<T, kWide, false, 1>, pl, a);
+          return l->main("fwd_decode_linear(channel rows, raw taps)", fwd_decode_linear<T, kWide, true>, pl, a);
+        return l->main("fwd_decode_linear(channel rows)", fwd_decode_linear<T, kWide, false>, pl, a);
       }
       if (pl.ch == kNarrow) {
         if (pl.raw_taps)
-          return l->main("fwd_decode_linear(narrow, channel rows, raw taps)", fwd_decode_linear<T, kNarrow, true, 1>, pl, a);
-        return l->main("fwd_decode_linear(narrow, channel rows)", fwd_decode_linear<T, kNarrow, false, 1>, pl, a);
+          return l->main("fwd_decode_linear(narrow, channel rows, raw taps)", fwd_decode_linear<T, kNarrow, true>, pl, a);
+        return l->main("fwd_decode_linear(narrow, channel rows)", fwd_decode_linear<T, kNarrow, false>, pl, a);
       }
       return l->no_instance("decode on channel rows");
     }

@@ -250,13 +250,8 @@ void plan_decode(const Problem& p, int sms, Plan* pl) {
       decode_raw_taps(p) && (p.accepted ? spec_rows_in_registers(p) : (p.S == W - 1 || p.S == W)))
     pl->row_regs = p.S;
   pl->block_x = DecodeTraits::kThreads;
+  pl->grid_x = p.N;
   pl->grid_y = ceil_div(p.D, int64_t(DecodeTraits::kThreads) * pl->ch);
-  const bool linear_raw = bytes == DecodeTraits::kWideBytes && pl->raw_taps && pl->row_regs == 0 &&
-                          pl->state_io == StateIo::channel_vec && !p.parents;
-  const int wide_blocks = dtype_size(p.act_dtype) == 2 ? DecodeTraits::kMinBlocksWide16 : DecodeTraits::kMinBlocksWide32;
-  if (linear_raw && p.N * pl->grid_y > int64_t(sms) * wide_blocks)
-    pl->seqs = DecodeTraits::kMaxSeqsPerThread;  // (more than one wave of one-sequence blocks)
-  pl->grid_x = ceil_div(p.N, int64_t(pl->seqs));
   pl->smem = pl->state_io == StateIo::row_vec && pl->row_regs == 0
                  ? DecodeTraits::rowvec_smem(p.S, pl->ch * dtype_size(p.act_dtype))
                  : 0;

@@ -65,8 +65,6 @@ struct Plan {
                             // x's dtype, 16-byte aligned)
   int row_regs = 0;         // decode, wide instance on [P, D, S] rows: S (W-1 or W), the row's
                             // entries held in registers (a linear step with raw taps); 0: staged
-  int seqs = 1;             // decode, wide raw-tap instance on vLLM rows: sequences per thread
-                            // (1, or 2 beyond one wave: DecodeTraits::kMaxSeqsPerThread)
   Count part_bytes = 0, dpre_bytes = 0;
 };
 

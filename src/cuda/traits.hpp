@@ -261,15 +261,6 @@ struct DecodeTraits {
   // 7 = 72 for fp32 (no spills in ptxas -v; fp32 spilled 12 bytes at 64).
   static constexpr int kMinBlocksWide16 = 8;
   static constexpr int kMinBlocksWide32 = 7;
-  // Sequences per thread of the wide raw-tap instance on vLLM rows
-  // (fwd_decode_linear's NSEQ, the plan's seqs): 2 when a step's one-sequence
-  // launch would not fit one wave at kMinBlocksWide16 blocks per SM (the
-  // second wave then waits for the first's row round trips; with two
-  // sequences a thread's second row is in flight during its first's stores,
-  // and the taps are loaded once).  Register cap of that instance, as blocks
-  // per SM.
-  static constexpr int kMaxSeqsPerThread = 2;
-  static constexpr int kMinBlocksWidePairs = 5;
   // Speculative steps on [P, D, S] rows in registers (fwd_decode_linear_rows'
   // SPEC instances): rows of S = (W-1) + K entries, K up to kSpecRowsMaxDrafts
   // (one instance per K).  Register caps as blocks per SM: 6 (80 registers)

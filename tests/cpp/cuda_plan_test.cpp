@@ -154,10 +154,9 @@ TEST(CudaPlan, PlansNameInstantiatedKernelsAndCoverTheWork) {
         EXPECT_EQ(p.dir, Dir::fwd);
         EXPECT_LE(pl.ch * shortconv::dtype_size(p.act_dtype), TmTraits::kFullPackBytes);
       }
-      if (pl.path == Path::decode) {  // a block per (seqs sequences, kThreads*CH channels)
+      if (pl.path == Path::decode) {  // a block per (sequence, kThreads*CH channels)
         EXPECT_EQ(pl.block_x * pl.block_y, DecodeTraits::kThreads);
-        EXPECT_EQ(pl.grid_x, (p.N + pl.seqs - 1) / pl.seqs);
-        if (pl.seqs != 1) EXPECT_TRUE(pl.raw_taps && pl.state_io == StateIo::channel_vec && pl.row_regs == 0);
+        EXPECT_EQ(pl.grid_x, p.N);
         EXPECT_GE(pl.grid_y * pl.block_x * pl.ch, p.D);
         EXPECT_EQ(pl.ntiles, p.N);
         continue;
@@ -544,38 +543,6 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
     EXPECT_FALSE(with_params(4, SC_BF16, 0, 2, true).raw_taps);   // a strided bias
     EXPECT_EQ(with_params(3, SC_BF16, 0, 1, true).ch, DecodeTraits::kWideBytes / 2);  // still wide
     EXPECT_EQ(with_params(4, SC_BF16, 0, 1, true).row_regs, 0);
-    // Two sequences per thread on vLLM rows with raw taps when one-sequence
-    // blocks would not fit one wave of kMinBlocksWide16 per SM (256 sequences
-    // x 8 channel groups = 2048 blocks > 132 x 8), an odd count rounded up;
-    // one sequence at batch 64, on more SMs, on [P, D, S] rows, without raw taps
-    ASSERT_GT(256 * 8, 132 * DecodeTraits::kMinBlocksWide16);
-    ASSERT_LE(64 * 8, 132 * DecodeTraits::kMinBlocksWide16);
-    for (bool accepted : {false, true}) {
-      const Plan q = with_params(4, SC_BF16, 0, 1, true, true, accepted ? 6 : -1, accepted, accepted ? 4 : 1);
-      EXPECT_EQ(q.seqs, DecodeTraits::kMaxSeqsPerThread);
-      EXPECT_EQ(q.grid_x, 256 / DecodeTraits::kMaxSeqsPerThread);
-      EXPECT_EQ(q.grid_y, 8);
-    }
-    EXPECT_EQ(with_params(3, SC_BF16, 0, 1, true).seqs, 1);          // accumulator taps
-    EXPECT_EQ(with_params(4, SC_BF16, 0, 1, true, false).seqs, 1);   // [P, D, S] rows
-    {
-      Problem q = decode_step(255, 1, 8192, 1024, 4, 3, SC_BF16, true);
-      q.weight.present = true;
-      q.weight.data = params;
-      q.weight.dtype = SC_BF16;
-      q.weight.shape[0] = 8192;
-      q.weight.shape[1] = 4;
-      q.weight.stride[0] = 4;
-      q.weight.stride[1] = 1;
-      ASSERT_TRUE(plan_for(q, Path::decode, 132).raw_taps);
-      EXPECT_EQ(plan_for(q, Path::decode, 132).seqs, 2);
-      EXPECT_EQ(plan_for(q, Path::decode, 132).grid_x, 128);
-      EXPECT_EQ(plan_for(q, Path::decode, 264).seqs, 1);  // one wave on twice the SMs
-      EXPECT_EQ(plan_for(q, Path::decode, 264).grid_x, 255);
-      q.B = q.N = 64;
-      q.x.shape[0] = q.y.shape[0] = 64;
-      EXPECT_EQ(plan_for(q, Path::decode, 132).seqs, 1);
-    }
     // [P, D, S] rows: the wide instance holds the row in registers for S = W-1 or W
     // with raw taps (no shared-memory stage), else stages it (decode.cu)
     for (int S : {3, 4, 5}) {
