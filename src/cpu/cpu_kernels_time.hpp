@@ -155,21 +155,32 @@ void fwd_piece_time(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0,
     for (int64_t t0 = tb; t0 < te; t0 += kTimeBlock) {
       const int64_t rows = std::min(kTimeBlock, te - t0);
       stage_x<O, XT>(c, n, d, t0, rows, W, buf);
+      auto sums = [&](int64_t i) {
+        V acc = w.bias;
+        if constexpr (WT > 0 && WT - 1 <= L) {  // (taps in increasing k, as below)
+          const V a = O::load(buf + i), b = O::load(buf + i + L);
+          [&]<int... K>(std::integer_sequence<int, K...>) {
+            ((acc = O::fma(w(K), shifted<O, K>(a, b), acc)), ...);
+          }(std::make_integer_sequence<int, WT>{});
+        } else {
+          for (int k = 0; k < W; ++k) acc = O::fma(w(k), O::load(buf + i + k), acc);
+        }
+        return acc;
+      };
       auto block = [&](auto has_res) {
-        for_vectors<L>(rows, contig, [&](int64_t i, int nl, auto full) {
-          V acc = w.bias;
-          if constexpr (WT > 0 && WT - 1 <= L) {  // (taps in increasing k, as below)
-            const V a = O::load(buf + i), b = O::load(buf + i + L);
-            [&]<int... K>(std::integer_sequence<int, K...>) {
-              ((acc = O::fma(w(K), shifted<O, K>(a, b), acc)), ...);
-            }(std::make_integer_sequence<int, WT>{});
-          } else {
-            for (int k = 0; k < W; ++k) acc = O::fma(w(k), O::load(buf + i + k), acc);
-          }
+        auto finish = [&](int64_t i, int nl, auto full, V acc) {
           V out = Act::template value<O>(acc);
           if constexpr (decltype(has_res)::value) out = out + load_time<O>(res + (t0 + i) * rst, rst, nl, full);
           store_time<O>(y + (t0 + i) * yst, yst, nl, out, full);
-        });
+        };
+        if constexpr (RowPasses<typename O::A, XT>::kFwd && Act::kId != SC_ACT_NONE) {
+          // two passes (RowPasses): the sums first, each into the staged
+          // entries it was the last to read (buf[i, i + L)), then the activation
+          for (int64_t i = 0; i < rows; i += L) O::store(buf + i, sums(i));
+          for_vectors<L>(rows, contig, [&](int64_t i, int nl, auto full) { finish(i, nl, full, O::load(buf + i)); });
+        } else {
+          for_vectors<L>(rows, contig, [&](int64_t i, int nl, auto full) { finish(i, nl, full, sums(i)); });
+        }
       };
       if (res) block(std::true_type{});
       else block(std::false_type{});
