@@ -104,30 +104,35 @@ inline void fill_x_ring(const Ctx& c, int64_t n, int64_t tb, int64_t d0, int64_t
   }
 }
 
-// Two passes over a tile row's full vectors instead of one: first the sums
-// (and, backward, dpre: the exp and the division), then what follows from
-// them (y; the partials and the dx gather), through an L1 buffer (forward)
-// or the dpre ring (backward).  Every operation and its order stay the same,
-// so the bits do too.  Why: in one pass each vector is one dependency chain
-// of ~80 cycles (4 taps, the exp, the division, the bf16 rounding) and ~40
-// vector operations, so the out-of-order window holds only 2-3 vectors and
-// the loop runs at the chain's latency, not the pipes' rate: the AVX2 bf16
+// A tile row's full vectors in passes instead of one loop: the forward's
+// sums into an L1 buffer, then the activation, then (16-bit y) the rounding;
+// the backward's sums into the dpre ring, then dpre, then the partials and
+// the dx gather.  Every operation and its order stay the same, so the bits
+// do too.  Why: in one loop each vector is one dependency chain of ~80
+// cycles (4 taps, the exp, the division, the bf16 rounding) and ~40 vector
+// operations, so the out-of-order scheduler holds only 2-3 vectors and the
+// loop runs at the chain's latency, not the pipes' rate: the AVX2 bf16
 // forward took the same 28 cycles per 8 lanes from L2 as from memory (AMD
-// Zen 2, 3.35 GHz).  Two shorter chains overlap further.  Measured from L2
+// Zen 2, 3.35 GHz).  Shorter chains overlap further (SiLU then the rounding,
+// 8 lanes from L1: 18.4 cycles in one loop, 12.5 in two).  Measured from L2
 // (1x64x1024, one thread) on that machine, forward / backward:
-//   AVX2   bf16 76.6 -> 68.8 / 184 -> 152 us, fp32 66.1 -> 61.5 / 165 -> 146
-//   v128   bf16 185 -> 170 / 500 -> 351 us,   fp32 147 -> 173 (slower: kept
-//          one pass) / 344 -> 311
-// AVX-512 keeps one pass: not measured (that machine had no AVX-512).
+//   AVX2  bf16 76.6 -> 55.2 / 184 -> 134 us,  fp32 66.1 -> 61.8 / 165 -> 131
+//   v128  bf16 185 -> 130 / 500 -> 337 us,    fp32 forward 147 -> 173 in two
+//         passes: kept in one; backward 344 -> 295
+// Tried and not kept: dx rounded in a pass of its own (2% slower).  AVX-512
+// keeps one loop: not measured (that machine had no AVX-512).
 template <class A, class XT>
 struct RowPasses {
   static constexpr bool kFloat = std::is_same_v<A, float>;  // (fp64 not measured)
-  // the forward of an activation other than the identity
+  // the forward of an activation other than the identity: sums, then y
   static constexpr bool kFwd = kFloat && (SC_ISA == 1 || (SC_ISA == 0 && sizeof(XT) == 2));
-  // the backward's rows with every term (dy, partials, a dx row, no dht)
+  // ... and a 16-bit y rounded in a third pass
+  static constexpr bool kRoundPass = kFwd && sizeof(XT) == 2;
+  // the backward's rows with every term (dy, partials, a dx row, no dht):
+  // sums, dpre, then partials and dx
   static constexpr bool kBwd = kFloat && SC_ISA != 2;
   // the forward's row buffer, A elements on the stack: rows of wider
-  // (forced) tiles take one pass
+  // (forced) tiles take one loop
   static constexpr int64_t kMaxRow = Tiling::kAutoTileD;
 };
 
@@ -199,7 +204,7 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
         vec(j, L, wv, rv, std::true_type{}, res);
       }
     };
-    // two passes (RowPasses), the residual's presence a constant of the loops
+    // in passes (RowPasses), the residual's presence a constant of the loops
     auto two_passes = [&](auto res) {
       constexpr bool R = decltype(res)::value;
       alignas(64) A pre[RowPasses<A, XT>::kMaxRow];
@@ -216,10 +221,19 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
         O::store(rv + cur * L, xv);
         O::store(pre + j, acc);
       }
-      for (int64_t i = 0; i < nfull; i += L) {
-        V out = Act::template value<O>(O::load(pre + i));
-        if constexpr (R) out = out + O::load_x(rr + i);
-        O::store_x(yr + i, out);
+      if constexpr (RowPasses<A, XT>::kRoundPass) {
+        for (int64_t i = 0; i < nfull; i += L) {
+          V out = Act::template value<O>(O::load(pre + i));
+          if constexpr (R) out = out + O::load_x(rr + i);
+          O::store(pre + i, out);
+        }
+        for (int64_t i = 0; i < nfull; i += L) O::store_x(yr + i, O::load(pre + i));
+      } else {
+        for (int64_t i = 0; i < nfull; i += L) {
+          V out = Act::template value<O>(O::load(pre + i));
+          if constexpr (R) out = out + O::load_x(rr + i);
+          O::store_x(yr + i, out);
+        }
       }
     };
     if constexpr (RowPasses<A, XT>::kFwd && Act::kId != SC_ACT_NONE) {
@@ -426,8 +440,8 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
     };
     const bool hot_row = gr && pw && dxr && !dht_row;
     if constexpr (RowPasses<A, XT>::kBwd) {
-      if (hot_row && nfull > 0) {  // two passes (RowPasses)
-        // 1: the window into the ring, the sums, dpre into the ring
+      if (hot_row && nfull > 0) {  // in passes (RowPasses)
+        // 1: the window into the ring, the sums into the dpre slots
         const char *xa = ahead(xr, xst), *ga = ahead(gr, gst);
         const A* wv1 = wv;
         A* rv1 = rv;
@@ -439,9 +453,14 @@ void bwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln, int6
           O::store(rv1 + cur * L, xv);
           V acc = O::load(wv1 + W * L);  // bias
           for (int k = 0; k < W; ++k) acc = O::fma(win.wk(k), win.uk(k), acc);
-          O::store(rv1 + (W + cur) * L, Act::template dgrad<O>(O::load_x(gr + i), acc));
+          O::store(rv1 + (W + cur) * L, acc);  // (the sums: dpre below)
         }
-        // 2: the partials and the dx gather, as `vec` does them, from the ring
+        {  // 2: dpre in place of the sums
+          A* gv1 = rv + (W + cur) * L;
+          for (int64_t i = 0; i < nfull; i += L, gv1 += RW * L)
+            O::store(gv1, Act::template dgrad<O>(O::load_x(gr + i), O::load(gv1)));
+        }
+        // 3: the partials and the dx gather, as `vec` does them, from the ring
         const char* dxa = ahead(dxr, dxst);
         for (const int64_t jn = nfull; j < jn; j += L, wv += (W + 1) * L, rv += RW * L, pv += pstep) {
           prefetch<XT>(dxa, j, 1);
