@@ -301,12 +301,23 @@ void bwd_piece_time(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t Ln,
       const int64_t rend = dx ? std::min<int64_t>(t1 + W - 1, Ln) : std::max(t1, dh0_here ? nh : 0);
       if (dy) {
         stage_x<O, XT>(c, n, d, t0, rend - t0, W, xs);
-        for_vectors<L>(rend - t0, gst == 1, [&](int64_t i, int nl, auto full) {
+        auto sums = [&](int64_t i) {
           V acc = w.bias;
           for (int k = 0; k < W; ++k) acc = O::fma(w(k), O::load(xs + i + k), acc);
-          const V gy = load_time<O>(dy + (t0 + i) * gst, gst, nl, full);
-          O::store(gs + i, Act::template dgrad<O>(gy, acc));
-        });
+          return acc;
+        };
+        if constexpr (RowPasses<typename O::A, XT>::kBwd) {  // the sums, then dpre in their place (RowPasses)
+          for (int64_t i = 0; i < rend - t0; i += L) O::store(gs + i, sums(i));
+          for_vectors<L>(rend - t0, gst == 1, [&](int64_t i, int nl, auto full) {
+            O::store(gs + i, Act::template dgrad<O>(load_time<O>(dy + (t0 + i) * gst, gst, nl, full), O::load(gs + i)));
+          });
+        } else {
+          for_vectors<L>(rend - t0, gst == 1, [&](int64_t i, int nl, auto full) {
+            const V acc = sums(i);
+            const V gy = load_time<O>(dy + (t0 + i) * gst, gst, nl, full);
+            O::store(gs + i, Act::template dgrad<O>(gy, acc));
+          });
+        }
         O::store(gs + (rend - t0 + L - 1) / L * L, O::zero());  // what dx's last lanes read past rend
         if (part) add_partials<O>(W, rows, xs, gs, part, d - part_d0);
       }
