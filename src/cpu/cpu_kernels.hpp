@@ -107,7 +107,8 @@ inline void fill_x_ring(const Ctx& c, int64_t n, int64_t tb, int64_t d0, int64_t
 // A tile row's full vectors in passes instead of one loop: the forward's
 // sums into an L1 buffer, then the activation, then (16-bit y) the rounding;
 // the backward's sums into the dpre ring, then dpre, then the partials and
-// the dx gather.  Every operation and its order stay the same, so the bits
+// the dx gather (the time-vectorised kernels likewise: cpu_kernels_time.hpp).
+// Every operation and its order stay the same, so the bits
 // do too.  Why: in one loop each vector is one dependency chain of ~80
 // cycles (4 taps, the exp, the division, the bf16 rounding) and ~40 vector
 // operations, so the out-of-order scheduler holds only 2-3 vectors and the
@@ -119,6 +120,7 @@ inline void fill_x_ring(const Ctx& c, int64_t n, int64_t tb, int64_t d0, int64_t
 //   AVX2  bf16 76.6 -> 55.2 / 184 -> 134 us,  fp32 66.1 -> 61.8 / 165 -> 131
 //   v128  bf16 185 -> 130 / 500 -> 337 us,    fp32 forward 147 -> 173 in two
 //         passes: kept in one; backward 344 -> 295
+//   channel-major, AVX2: bf16 103 -> 74 / 206 -> 192 us, fp32 91 -> 78 / 197
 // Tried and not kept: dx rounded in a pass of its own (2% slower).  AVX-512
 // keeps one loop: not measured (that machine had no AVX-512).
 template <class A, class XT>
