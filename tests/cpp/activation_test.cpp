@@ -380,6 +380,44 @@ TEST(CpuBits, ForwardDoesNotDependOnTheTiling) {
       }
 }
 
+// The CPU runs a tile row's full vectors in passes (the sums, the
+// activation, the rounding; backward the sums, dpre, then the partials and
+// dx) where that measured faster, and in one loop otherwise: rows of more
+// than 256 channels (forced wide tiles) in the forward, rows without weight
+// gradients in the backward.  Both do the same operations in the same order:
+// y and dx are bitwise the same either way.
+TEST(CpuBits, RowsInPassesEqualOneLoop) {
+  for (sc_dtype dt : {SC_BF16, SC_F32, SC_F16})
+    for (int W : {2, 3, 4, 6})
+      for (bool res : {false, true}) {
+        Case c;
+        c.W = W;
+        c.act_dtype = c.state_dtype = dt;
+        c.B = 2;
+        c.T = 37;
+        c.D = 300;  // an automatic tile of 256 channels and one of 44
+        c.residual = res;
+        c.h0 = true;
+        const Inputs in = make_inputs(c);
+        const Outputs passes = run(c, in, SC_BACKEND_CPU);
+        ASSERT_TRUE(passes.ok()) << passes.problems();
+        Case wide = c;  // one tile of 300 channels: the forward in one loop
+        wide.tile_d = 320;
+        Case dx_only = c;  // no weight gradients: the backward in one loop
+        dx_only.want_dweight = dx_only.want_dbias = false;
+        const Outputs one_fwd = run(wide, in, SC_BACKEND_CPU, kForward);
+        const Outputs one_bwd = run(dx_only, in, SC_BACKEND_CPU);
+        ASSERT_TRUE(one_fwd.ok()) << one_fwd.problems();
+        ASSERT_TRUE(one_bwd.ok()) << one_bwd.problems();
+        int64_t dy_ = 0, ddx = 0;
+        for (size_t i = 0; i < passes.y.size(); ++i) dy_ += !(one_fwd.y[i] == passes.y[i]);
+        for (size_t i = 0; i < passes.dx.size(); ++i) ddx += !(one_bwd.dx[i] == passes.dx[i]);
+        EXPECT_EQ(dy_, 0) << "y: dtype " << int(dt) << " W " << W << " residual " << res;
+        EXPECT_EQ(ddx, 0) << "dx: dtype " << int(dt) << " W " << W << " residual " << res;
+        EXPECT_FALSE(passes.dx.empty());
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, ActivationRange,
                          ::testing::Values(SC_BACKEND_CPU, SC_BACKEND_CUDA), backend_param_name);
 
