@@ -108,10 +108,9 @@ inline void fill_x_ring(const Ctx& c, int64_t n, int64_t tb, int64_t d0, int64_t
 // sums into an L1 buffer, then the activation, then (16-bit y) the rounding;
 // the backward's sums into the dpre ring, then dpre, then the partials and
 // the dx gather (the time-vectorised kernels likewise: cpu_kernels_time.hpp).
-// Every operation and its order stay the same, so the bits
-// do too.  Why: in one loop each vector is one dependency chain of ~80
-// cycles (4 taps, the exp, the division, the bf16 rounding) and ~40 vector
-// operations, so the out-of-order scheduler holds only 2-3 vectors and the
+// Every operation and its order stay the same, so the bits do too.  Why:
+// in one loop each vector is one dependency chain of ~80 cycles (4 taps,
+// the exp, the division, the bf16 rounding) and ~40 vector operations, so the out-of-order scheduler holds only 2-3 vectors and the
 // loop runs at the chain's latency, not the pipes' rate: the AVX2 bf16
 // forward took the same 28 cycles per 8 lanes from L2 as from memory (AMD
 // Zen 2, 3.35 GHz).  Shorter chains overlap further (SiLU then the rounding,
@@ -166,6 +165,15 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
     XT* yr = y_ + t * yst;
     const XT* rr = res_ ? res_ + t * rst : nullptr;
     // one vector: v-th of the tile, channels j..j+nl
+    // the sums of one vector (taps wv, ring rv; x row vector xv), xv into the ring
+    auto sums = [&](const A* wv, A* rv, V xv) {
+      V acc = O::load(wv + W * L);  // bias
+      for (int k = 0; k < W - 1; ++k)
+        acc = O::fma(O::load(wv + k * L), O::load(rv + ring_slot(base, k, W) * L), acc);
+      acc = O::fma(O::load(wv + (W - 1) * L), xv, acc);
+      O::store(rv + cur * L, xv);
+      return acc;
+    };
     auto vec = [&](int64_t j, int nl, const A* wv, A* rv, auto full, auto res) {
       V xv;
       if constexpr (decltype(full)::value) {
@@ -173,12 +181,7 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
       } else {
         xv = load_lanes<O>(xr + j * xsd, xsd, nl);
       }
-      V acc = O::load(wv + W * L);  // bias
-      for (int k = 0; k < W - 1; ++k)
-        acc = O::fma(O::load(wv + k * L), O::load(rv + ring_slot(base, k, W) * L), acc);
-      acc = O::fma(O::load(wv + (W - 1) * L), xv, acc);
-      O::store(rv + cur * L, xv);
-      V out = Act::template value<O>(acc);
+      V out = Act::template value<O>(sums(wv, rv, xv));
       if constexpr (decltype(full)::value) {
         if constexpr (decltype(res)::value) out = out + O::load_x(rr + j);
         O::store_x(yr + j, out);
@@ -207,41 +210,29 @@ void fwd_piece(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0, int6
       }
     };
     // in passes (RowPasses), the residual's presence a constant of the loops
-    auto two_passes = [&](auto res) {
-      constexpr bool R = decltype(res)::value;
+    auto in_passes = [&](auto res) {
+      constexpr bool R = decltype(res)::value, kRound = RowPasses<A, XT>::kRoundPass;
       alignas(64) A pre[RowPasses<A, XT>::kMaxRow];
       const char *xa = ahead(xr, xst), *ya = ahead(yr, yst), *ra = R ? ahead(rr, rst) : nullptr;
       for (; j < nfull; j += L, wv += (W + 1) * L, rv += W * L) {
         prefetch<XT>(xa, j, 0);
         prefetch<XT>(ya, j, 1);
         if constexpr (R) prefetch<XT>(ra, j, 0);
-        const V xv = O::load_x(xr + j);
-        V acc = O::load(wv + W * L);  // bias
-        for (int k = 0; k < W - 1; ++k)
-          acc = O::fma(O::load(wv + k * L), O::load(rv + ring_slot(base, k, W) * L), acc);
-        acc = O::fma(O::load(wv + (W - 1) * L), xv, acc);
-        O::store(rv + cur * L, xv);
-        O::store(pre + j, acc);
+        O::store(pre + j, sums(wv, rv, O::load_x(xr + j)));
       }
-      if constexpr (RowPasses<A, XT>::kRoundPass) {
-        for (int64_t i = 0; i < nfull; i += L) {
-          V out = Act::template value<O>(O::load(pre + i));
-          if constexpr (R) out = out + O::load_x(rr + i);
-          O::store(pre + i, out);
-        }
+      for (int64_t i = 0; i < nfull; i += L) {
+        V out = Act::template value<O>(O::load(pre + i));
+        if constexpr (R) out = out + O::load_x(rr + i);
+        if constexpr (kRound) O::store(pre + i, out);
+        else O::store_x(yr + i, out);
+      }
+      if constexpr (kRound)
         for (int64_t i = 0; i < nfull; i += L) O::store_x(yr + i, O::load(pre + i));
-      } else {
-        for (int64_t i = 0; i < nfull; i += L) {
-          V out = Act::template value<O>(O::load(pre + i));
-          if constexpr (R) out = out + O::load_x(rr + i);
-          O::store_x(yr + i, out);
-        }
-      }
     };
     if constexpr (RowPasses<A, XT>::kFwd && Act::kId != SC_ACT_NONE) {
       if (nfull > 0 && nfull <= RowPasses<A, XT>::kMaxRow) {
-        if (rr) two_passes(std::true_type{});
-        else two_passes(std::false_type{});
+        if (rr) in_passes(std::true_type{});
+        else in_passes(std::false_type{});
       }
     }
     if (rr) full_vectors(std::true_type{});

@@ -168,30 +168,27 @@ void fwd_piece_time(const Ctx& c, int64_t n, int64_t tb, int64_t te, int64_t d0,
         return acc;
       };
       auto block = [&](auto has_res) {
-        auto finish = [&](int64_t i, int nl, auto full, V acc) {
+        auto activate = [&](int64_t i, int nl, auto full, V acc) {
           V out = Act::template value<O>(acc);
           if constexpr (decltype(has_res)::value) out = out + load_time<O>(res + (t0 + i) * rst, rst, nl, full);
-          store_time<O>(y + (t0 + i) * yst, yst, nl, out, full);
+          return out;
         };
+        auto store_y = [&](int64_t i, int nl, auto full, V v) { store_time<O>(y + (t0 + i) * yst, yst, nl, v, full); };
         if constexpr (RowPasses<typename O::A, XT>::kFwd && Act::kId != SC_ACT_NONE) {
           // in passes (RowPasses): the sums first, each into the staged
           // entries it was the last to read (buf[i, i + L)), then the
           // activation (and the residual), then (16-bit y) the rounding
+          constexpr bool kRound = RowPasses<typename O::A, XT>::kRoundPass;
           for (int64_t i = 0; i < rows; i += L) O::store(buf + i, sums(i));
-          if constexpr (RowPasses<typename O::A, XT>::kRoundPass) {
-            for_vectors<L>(rows, contig, [&](int64_t i, int nl, auto full) {
-              V out = Act::template value<O>(O::load(buf + i));
-              if constexpr (decltype(has_res)::value) out = out + load_time<O>(res + (t0 + i) * rst, rst, nl, full);
-              O::store(buf + i, out);
-            });
-            for_vectors<L>(rows, contig, [&](int64_t i, int nl, auto full) {
-              store_time<O>(y + (t0 + i) * yst, yst, nl, O::load(buf + i), full);
-            });
-          } else {
-            for_vectors<L>(rows, contig, [&](int64_t i, int nl, auto full) { finish(i, nl, full, O::load(buf + i)); });
-          }
+          for_vectors<L>(rows, contig, [&](int64_t i, int nl, auto full) {
+            const V out = activate(i, nl, full, O::load(buf + i));
+            if constexpr (kRound) O::store(buf + i, out);
+            else store_y(i, nl, full, out);
+          });
+          if constexpr (kRound)
+            for_vectors<L>(rows, contig, [&](int64_t i, int nl, auto full) { store_y(i, nl, full, O::load(buf + i)); });
         } else {
-          for_vectors<L>(rows, contig, [&](int64_t i, int nl, auto full) { finish(i, nl, full, sums(i)); });
+          for_vectors<L>(rows, contig, [&](int64_t i, int nl, auto full) { store_y(i, nl, full, activate(i, nl, full, sums(i))); });
         }
       };
       if (res) block(std::true_type{});
