@@ -132,19 +132,25 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
 
 // [P, D, S] rows (StateIo::row_vec) with S = S_ (W - 1 or W, W = kVecWmax): a
 // thread's block of the row, CH channels x S entries, is CH * S adjacent
-// elements, whole 16-byte vectors.  Loaded as raw words, moved into S packs
+// elements: whole 16-byte vectors in the wide instance, 4-byte words in the
+// narrow one (CH * sizeof(T) = 4).  Loaded as raw words, moved into S packs
 // of CH channels (row[j] = entry j; one byte permute per 32-bit word of a
 // 16-bit type), slid along with the tokens like the window, and after the
 // last token row[] is the new row, ht[j] = u[L + j] (one-token and longer
-// linear steps alike), moved back and stored as vectors.  decode.cu's wide
+// linear steps alike), moved back and stored as vectors.  decode.cu's
 // instance stages the same block in shared memory instead, whose throughput
-// bounded it (H200 ncu, batch 256, D = 8192: 61% L1 / shared throughput).
+// bounded the wide one (H200 ncu, batch 256, D = 8192: 61% L1 / shared
+// throughput) and whose load, stage, read-back and rewrite phases lengthen
+// the narrow one's latency path (H100, batch 1: 3.27 us against vLLM rows'
+// 2.39 in registers).
 template <class T, int CH, int S_>
 struct RowBlock {
   static constexpr int kElems = CH * S_;
-  static constexpr int kVecs = kElems * int(sizeof(T)) / 16;
-  static_assert(kElems * int(sizeof(T)) % 16 == 0, "a whole number of 16-byte vectors per block");
-  static constexpr int kPer = 16 / int(sizeof(T));
+  static constexpr int kBytes = kElems * int(sizeof(T));
+  static constexpr int kUnit = kBytes % 16 == 0 ? 16 : 4;  // bytes per load and store
+  static_assert(kBytes % 4 == 0, "a whole number of 32-bit words per block");
+  static constexpr int kVecs = kBytes / kUnit;
+  static constexpr int kPer = kUnit / int(sizeof(T));  // elements per unit
   Pack<T, kPer> v[kVecs];
 
   // Word k of pack `to` gathered from the block (to_packs) or the reverse.
@@ -321,8 +327,32 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
 
 }  // namespace
 
-// The linear step on vLLM rows for a plan of the decode path with pl.ch =
-// kWideBytes (or kVecBytes) / element size (launch_decode's choice).
+// The step on [P, D, S] rows held in registers (pl.row_regs = S) with CH
+// channels per thread (the wide or the narrow instance).
+template <class T, int CH>
+cudaError_t launch_rows_in_registers(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
+  constexpr int H = DecodeTraits::kVecWmax - 1;
+  constexpr bool kWide = CH * int(sizeof(T)) == DecodeTraits::kWideBytes;
+  if (p.accepted) {  // S = (W-1) + K, K = 1 .. kSpecRowsMaxDrafts
+    static_assert(DecodeTraits::kSpecRowsMaxDrafts == 4, "one instance per draft count below");
+    switch (pl.row_regs - H) {
+      case 1: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 1)" : "fwd_decode_linear_rows(narrow, speculative, K = 1)", fwd_decode_linear_rows<T, CH, H + 1, true>, pl, a);
+      case 2: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 2)" : "fwd_decode_linear_rows(narrow, speculative, K = 2)", fwd_decode_linear_rows<T, CH, H + 2, true>, pl, a);
+      case 3: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 3)" : "fwd_decode_linear_rows(narrow, speculative, K = 3)", fwd_decode_linear_rows<T, CH, H + 3, true>, pl, a);
+      case 4: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 4)" : "fwd_decode_linear_rows(narrow, speculative, K = 4)", fwd_decode_linear_rows<T, CH, H + 4, true>, pl, a);
+      default: return l->no_instance("decode, speculative rows in registers (S - (W-1) in 1..4)");
+    }
+  }
+  if (pl.row_regs == H)
+    return l->main(kWide ? "fwd_decode_linear_rows(S = W-1)" : "fwd_decode_linear_rows(narrow, S = W-1)", fwd_decode_linear_rows<T, CH, H, false>, pl, a);
+  if (pl.row_regs == H + 1)
+    return l->main(kWide ? "fwd_decode_linear_rows(S = W)" : "fwd_decode_linear_rows(narrow, S = W)", fwd_decode_linear_rows<T, CH, H + 1, false>, pl, a);
+  return l->no_instance("decode, rows in registers");
+}
+
+// The linear step on vLLM rows, or on [P, D, S] rows held in registers, for a
+// plan of the decode path with pl.ch = kWideBytes (or kVecBytes) / element
+// size (launch_decode's choice).
 cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
   return with_act_type(p.act_dtype, [&](auto tag) -> cudaError_t {
     using T = typename decltype(tag)::type;
@@ -331,22 +361,9 @@ cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a
     } else {
       constexpr int kWide = DecodeTraits::kWideBytes / int(sizeof(T));
       constexpr int kNarrow = DecodeTraits::kVecBytes / int(sizeof(T));
-      if (pl.ch == kWide && pl.row_regs > 0) {
-        constexpr int H = DecodeTraits::kVecWmax - 1;
-        if (p.accepted) {  // S = (W-1) + K, K = 1 .. kSpecRowsMaxDrafts
-          static_assert(DecodeTraits::kSpecRowsMaxDrafts == 4, "one instance per draft count below");
-          switch (pl.row_regs - H) {
-            case 1: return l->main("fwd_decode_linear_rows(speculative, K = 1)", fwd_decode_linear_rows<T, kWide, H + 1, true>, pl, a);
-            case 2: return l->main("fwd_decode_linear_rows(speculative, K = 2)", fwd_decode_linear_rows<T, kWide, H + 2, true>, pl, a);
-            case 3: return l->main("fwd_decode_linear_rows(speculative, K = 3)", fwd_decode_linear_rows<T, kWide, H + 3, true>, pl, a);
-            case 4: return l->main("fwd_decode_linear_rows(speculative, K = 4)", fwd_decode_linear_rows<T, kWide, H + 4, true>, pl, a);
-            default: return l->no_instance("decode, speculative rows in registers (S - (W-1) in 1..4)");
-          }
-        }
-        if (pl.row_regs == H)
-          return l->main("fwd_decode_linear_rows(S = W-1)", fwd_decode_linear_rows<T, kWide, H, false>, pl, a);
-        if (pl.row_regs == H + 1)
-          return l->main("fwd_decode_linear_rows(S = W)", fwd_decode_linear_rows<T, kWide, H + 1, false>, pl, a);
+      if (pl.row_regs > 0) {
+        if (pl.ch == kWide) return launch_rows_in_registers<T, kWide>(p, pl, a, l);
+        if (pl.ch == kNarrow) return launch_rows_in_registers<T, kNarrow>(p, pl, a, l);
         return l->no_instance("decode, rows in registers");
       }
       if (pl.ch == kWide) {

@@ -253,7 +253,7 @@ void plan_decode(const Problem& p, int sms, Plan* pl) {
   pl->state_io = decode_state_io(p, pl->ch, vec);
   pl->raw_taps = vec && pl->state_io == StateIo::channel_vec && decode_raw_taps(p);
   const int W = DecodeTraits::kVecWmax;  // (decode_raw_taps: p.W == W)
-  if (bytes == DecodeTraits::kWideBytes && pl->state_io == StateIo::row_vec && !p.parents &&
+  if (pl->state_io == StateIo::row_vec && !p.parents &&
       decode_raw_taps(p) && (p.accepted ? spec_rows_in_registers(p) : (p.S == W - 1 || p.S == W)))
     pl->row_regs = p.S;
   pl->block_x = DecodeTraits::kThreads;

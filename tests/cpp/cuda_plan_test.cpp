@@ -532,8 +532,8 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
     alignas(64) static char params[64];
     auto with_params = [&](int W, sc_dtype param, int64_t w_offset, int64_t bias_stride, bool bias,
                            bool vllm = true, int S = -1, bool accepted = false, int64_t T = 1,
-                           bool packed = false) {
-      Problem q = decode_step(256, T, 8192, 1024, W, S < 0 ? W - 1 : S, SC_BF16, vllm);
+                           bool packed = false, int64_t batch = 256) {
+      Problem q = decode_step(batch, T, 8192, 1024, W, S < 0 ? W - 1 : S, SC_BF16, vllm);
       q.accepted.present = accepted;
       q.packed = packed;
       q.param_dtype = param;
@@ -589,6 +589,23 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
       EXPECT_EQ(q.smem, regs ? 0 : DecodeTraits::rowvec_smem(S, DecodeTraits::kVecBytes)) << "S=" << S;
       EXPECT_EQ(with_params(4, SC_F32, 0, 1, true, false, S, true, T).row_regs, 0) << "S=" << S;  // no raw taps
     }
+    // Steps too small for the wide instance hold the row in registers too (the
+    // narrow instance: a thread's CH x S block is S 4-byte words), one token on
+    // rows of W-1 or W entries and speculative 1+K tokens, under the same conditions
+    ASSERT_LT(8 * 8192 / 2, DecodeTraits::kWideMinThreadsPerSm * 132);
+    for (int S = H; S <= H + DecodeTraits::kSpecRowsMaxDrafts + 1; ++S) {
+      const Plan one = with_params(4, SC_BF16, 0, 1, true, false, S, false, 1, false, 8);
+      EXPECT_EQ(one.ch, DecodeTraits::kVecBytes / 2) << "S=" << S;
+      EXPECT_EQ(one.row_regs, S <= H + 1 ? S : 0) << "S=" << S;
+      EXPECT_EQ(one.smem, S <= H + 1 ? 0 : DecodeTraits::rowvec_smem(S, DecodeTraits::kVecBytes)) << "S=" << S;
+      const bool regs = S > H && S <= H + DecodeTraits::kSpecRowsMaxDrafts;
+      const int64_t T = S - H + 1;
+      const Plan spec = with_params(4, SC_BF16, 0, 1, true, false, S, true, T, false, 8);
+      EXPECT_EQ(spec.ch, DecodeTraits::kVecBytes / 2) << "S=" << S;
+      EXPECT_EQ(spec.row_regs, regs ? S : 0) << "S=" << S;
+      EXPECT_EQ(with_params(4, SC_BF16, 0, 1, true, false, S, true, T, true, 8).row_regs, 0) << "S=" << S;  // packed
+    }
+    EXPECT_EQ(with_params(4, SC_BF16, 8, 1, true, false, 3, false, 1, false, 8).row_regs, 0);  // taps not aligned
   }
   ASSERT_LT(8 * 4096 / 2, DecodeTraits::kWideMinThreadsPerSm * 132);
   EXPECT_EQ(plan_for(decode_step(8, 1, 4096, 1024, 4, 3, SC_BF16, true), Path::decode, 132).ch, 2);

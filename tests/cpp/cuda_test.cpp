@@ -10,6 +10,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -432,81 +433,86 @@ TEST(Cuda, DecodeWideSteps) {
 // and K = 5).  Each
 // also without a bias with a residual and the identity, and with
 // has_initial_state flags and separate read and write rows; against the
-// oracle, the rows bitwise.
+// oracle, the rows bitwise.  Then the same forms at batch 8, D = 1024, which
+// the narrow instances take (4 bytes of x per thread; [P, D, S] rows held in
+// registers as 4-byte words).
 TEST(Cuda, DecodeWideForms) {
   REQUIRE_GPU();
   std::mt19937_64 rng(11);
-  const int64_t B = 64, D = 4096, P = B + 40;
-  auto rows = [&](Case& c) {
-    std::vector<int64_t> r(static_cast<size_t>(P));
-    for (int64_t i = 0; i < P; ++i) r[size_t(i)] = i;
-    std::shuffle(r.begin(), r.end(), rng);
-    const int64_t N = c.num_seqs();
-    c.h0_index.assign(r.begin(), r.begin() + N);
-    for (int64_t n = 0; n < N; n += 7) c.h0_index[size_t(n)] = n % 2 ? -1 : c.pad_index;
-    c.ht_index = c.h0_index;
-  };
-  struct Form {
-    const char* what;
-    sc_dtype dt, param;
-    int W, S;
-    int64_t T;  // 0: packed lengths 0..4 with accepted counts
-    bool vllm = true;
-    bool spec = false;  // accepted counts (the vLLM forms: whenever S = (W-2) + T)
-  };
-  const Form forms[] = {
-      {"raw taps, bf16", SC_BF16, SC_BF16, 4, 3, 1},
-      {"raw taps, fp16", SC_F16, SC_F16, 4, 3, 1},
-      {"raw taps, fp32", SC_F32, SC_F32, 4, 3, 1},
-      {"raw taps, 1+3 tokens", SC_BF16, SC_BF16, 4, 5, 4},
-      {"fp32 weights", SC_BF16, SC_F32, 4, 3, 1},
-      {"W = 3", SC_BF16, SC_BF16, 3, 2, 1},
-      {"W = 3, 1+3 tokens", SC_BF16, SC_BF16, 3, 5, 4},
-      {"rows of 7 entries", SC_BF16, SC_BF16, 4, 7, 2},
-      {"rows of 7 entries, W = 2", SC_F16, SC_F32, 2, 7, 1},
-      {"packed, speculative", SC_BF16, SC_BF16, 4, 6, 0},
-      {"[P, D, S] rows, S = 3", SC_BF16, SC_BF16, 4, 3, 1, false},
-      {"[P, D, S] rows, S = 4", SC_BF16, SC_BF16, 4, 4, 1, false},
-      {"[P, D, S] rows, S = 4, 3 tokens", SC_BF16, SC_BF16, 4, 4, 3, false},
-      {"[P, D, S] rows, S = 3, 5 tokens", SC_F16, SC_F16, 4, 3, 5, false},
-      {"[P, D, S] rows, fp32, S = 4", SC_F32, SC_F32, 4, 4, 1, false},
-      {"[P, D, S] rows, fp32, S = 3, 2 tokens", SC_F32, SC_F32, 4, 3, 2, false},
-      {"[P, D, S] rows, S = 5 (staged)", SC_BF16, SC_BF16, 4, 5, 1, false},
-      {"[P, D, S] rows, W = 3 (staged)", SC_BF16, SC_BF16, 3, 2, 1, false},
-      {"[P, D, S] rows, 1+1 tokens", SC_BF16, SC_BF16, 4, 4, 2, false, true},
-      {"[P, D, S] rows, 1+2 tokens, fp16", SC_F16, SC_F16, 4, 5, 3, false, true},
-      {"[P, D, S] rows, 1+3 tokens", SC_BF16, SC_BF16, 4, 6, 4, false, true},
-      {"[P, D, S] rows, 1+3 tokens, fp32", SC_F32, SC_F32, 4, 6, 4, false, true},
-      {"[P, D, S] rows, 1+4 tokens", SC_BF16, SC_BF16, 4, 7, 5, false, true},
-      {"[P, D, S] rows, S = 6, packed speculative (staged)", SC_BF16, SC_BF16, 4, 6, 0, false, true},
-      {"[P, D, S] rows, S = 8 (staged), speculative", SC_BF16, SC_BF16, 4, 8, 6, false, true},
-  };
-  for (const Form& f : forms)
-    for (int variant = 0; variant < 3; ++variant) {
-      Case c = decode_case(f.W, B, f.T > 0 ? f.T : 1, D, f.S, P, f.vllm, P + 3);
-      c.act_dtype = c.state_dtype = f.dt;
-      c.param_dtype = f.param;
-      if (f.T == 0) {
-        c.packed = true;
-        for (int64_t n = 0; n < B; ++n) c.lengths.push_back(int64_t(rng() % 5));
+  for (const auto& [B, D] : {std::pair<int64_t, int64_t>{64, 4096}, {8, 1024}}) {
+    SCOPED_TRACE("batch " + std::to_string(B) + ", D = " + std::to_string(D));
+    const int64_t P = B + 40;
+    auto rows = [&](Case& c) {
+      std::vector<int64_t> r(static_cast<size_t>(P));
+      for (int64_t i = 0; i < P; ++i) r[size_t(i)] = i;
+      std::shuffle(r.begin(), r.end(), rng);
+      const int64_t N = c.num_seqs();
+      c.h0_index.assign(r.begin(), r.begin() + N);
+      for (int64_t n = 0; n < N; n += 7) c.h0_index[size_t(n)] = n % 2 ? -1 : c.pad_index;
+      c.ht_index = c.h0_index;
+    };
+    struct Form {
+      const char* what;
+      sc_dtype dt, param;
+      int W, S;
+      int64_t T;  // 0: packed lengths 0..4 with accepted counts
+      bool vllm = true;
+      bool spec = false;  // accepted counts (the vLLM forms: whenever S = (W-2) + T)
+    };
+    const Form forms[] = {
+        {"raw taps, bf16", SC_BF16, SC_BF16, 4, 3, 1},
+        {"raw taps, fp16", SC_F16, SC_F16, 4, 3, 1},
+        {"raw taps, fp32", SC_F32, SC_F32, 4, 3, 1},
+        {"raw taps, 1+3 tokens", SC_BF16, SC_BF16, 4, 5, 4},
+        {"fp32 weights", SC_BF16, SC_F32, 4, 3, 1},
+        {"W = 3", SC_BF16, SC_BF16, 3, 2, 1},
+        {"W = 3, 1+3 tokens", SC_BF16, SC_BF16, 3, 5, 4},
+        {"rows of 7 entries", SC_BF16, SC_BF16, 4, 7, 2},
+        {"rows of 7 entries, W = 2", SC_F16, SC_F32, 2, 7, 1},
+        {"packed, speculative", SC_BF16, SC_BF16, 4, 6, 0},
+        {"[P, D, S] rows, S = 3", SC_BF16, SC_BF16, 4, 3, 1, false},
+        {"[P, D, S] rows, S = 4", SC_BF16, SC_BF16, 4, 4, 1, false},
+        {"[P, D, S] rows, S = 4, 3 tokens", SC_BF16, SC_BF16, 4, 4, 3, false},
+        {"[P, D, S] rows, S = 3, 5 tokens", SC_F16, SC_F16, 4, 3, 5, false},
+        {"[P, D, S] rows, fp32, S = 4", SC_F32, SC_F32, 4, 4, 1, false},
+        {"[P, D, S] rows, fp32, S = 3, 2 tokens", SC_F32, SC_F32, 4, 3, 2, false},
+        {"[P, D, S] rows, S = 5 (staged)", SC_BF16, SC_BF16, 4, 5, 1, false},
+        {"[P, D, S] rows, W = 3 (staged)", SC_BF16, SC_BF16, 3, 2, 1, false},
+        {"[P, D, S] rows, 1+1 tokens", SC_BF16, SC_BF16, 4, 4, 2, false, true},
+        {"[P, D, S] rows, 1+2 tokens, fp16", SC_F16, SC_F16, 4, 5, 3, false, true},
+        {"[P, D, S] rows, 1+3 tokens", SC_BF16, SC_BF16, 4, 6, 4, false, true},
+        {"[P, D, S] rows, 1+3 tokens, fp32", SC_F32, SC_F32, 4, 6, 4, false, true},
+        {"[P, D, S] rows, 1+4 tokens", SC_BF16, SC_BF16, 4, 7, 5, false, true},
+        {"[P, D, S] rows, S = 6, packed speculative (staged)", SC_BF16, SC_BF16, 4, 6, 0, false, true},
+        {"[P, D, S] rows, S = 8 (staged), speculative", SC_BF16, SC_BF16, 4, 8, 6, false, true},
+    };
+    for (const Form& f : forms)
+      for (int variant = 0; variant < 3; ++variant) {
+        Case c = decode_case(f.W, B, f.T > 0 ? f.T : 1, D, f.S, P, f.vllm, P + 3);
+        c.act_dtype = c.state_dtype = f.dt;
+        c.param_dtype = f.param;
+        if (f.T == 0) {
+          c.packed = true;
+          for (int64_t n = 0; n < B; ++n) c.lengths.push_back(int64_t(rng() % 5));
+        }
+        rows(c);
+        if (f.spec || (f.vllm && f.T != 1 && f.S == f.W - 2 + (f.T > 0 ? f.T : 4)))
+          for (int64_t n = 0; n < c.num_seqs(); ++n)
+            c.accepted.push_back(1 + int64_t(rng() % uint64_t(std::max<int64_t>(c.seq_len(n), 1))));
+        if (variant == 1) {  // no bias, a residual, the identity
+          c.bias = false;
+          c.residual = true;
+          c.act = SC_ACT_NONE;
+        } else if (variant == 2) {  // flags, and rows written elsewhere than read
+          for (int64_t n = 0; n < c.num_seqs(); ++n) c.has_h0.push_back(n % 3 != 0);
+          c.in_place = false;
+          for (auto& r : c.ht_index)
+            if (r >= 0 && r != c.pad_index) r = (r + 1) % P;
+        }
+        SCOPED_TRACE(std::string(f.what) + ", variant " + std::to_string(variant));
+        EXPECT_CASE(c);
       }
-      rows(c);
-      if (f.spec || (f.vllm && f.T != 1 && f.S == f.W - 2 + (f.T > 0 ? f.T : 4)))
-        for (int64_t n = 0; n < c.num_seqs(); ++n)
-          c.accepted.push_back(1 + int64_t(rng() % uint64_t(std::max<int64_t>(c.seq_len(n), 1))));
-      if (variant == 1) {  // no bias, a residual, the identity
-        c.bias = false;
-        c.residual = true;
-        c.act = SC_ACT_NONE;
-      } else if (variant == 2) {  // flags, and rows written elsewhere than read
-        for (int64_t n = 0; n < c.num_seqs(); ++n) c.has_h0.push_back(n % 3 != 0);
-        c.in_place = false;
-        for (auto& r : c.ht_index)
-          if (r >= 0 && r != c.pad_index) r = (r + 1) % P;
-      }
-      SCOPED_TRACE(std::string(f.what) + ", variant " + std::to_string(variant));
-      EXPECT_CASE(c);
-    }
+  }
 }
 
 // 64-bit offsets: x of [1, 2^19 + 64, 4096] bf16 (> 2^31 elements), forward
