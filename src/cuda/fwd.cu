@@ -15,10 +15,9 @@
 //   sequences: the thread walks them (binary search for the first), and the
 //   window of each starts from that sequence's own h0 (or zeros), never from
 //   another sequence's rows.  Block = cx threads along channels x ty tiles.
-//   The full-window SiLU instance (FULL: 16-bit, and fp32 at W = 4 without
-//   residual) receives x (and the 16-bit residual: RES) through the thread's
-//   own slots of a shared-memory ring filled by cp.async (stream_staged): no
-//   slot is shared, so no barrier.
+//   The 16-bit full-window SiLU instance (FULL) receives x (and the residual:
+//   RES) through the thread's own slots of a shared-memory ring filled by
+//   cp.async (stream_staged): no slot is shared, so no barrier.
 // - fwd_cm<T, WMAX, FULL>: channel-major (stride_t == 1, dense).  A warp owns
 //   one (batch, channel) row and a tile of tokens; each lane a 16-byte vector
 //   of VEC consecutive tokens, its W-1 window tokens from the lower lanes by
@@ -116,10 +115,10 @@ struct TmFwd {
     const T* xq = xp + tok * sx;
     const T* rq = rp ? rp + tok * sr : nullptr;
     T* yq = yp + tok * sy;
-    if constexpr (FULL) {  // (the plan's full_fwd)
+    if constexpr (!k16Bit) {
+      stream_copy<FULL>(xq, rq, yq, sx, sr, sy, e - tok);
+    } else if constexpr (FULL) {  // (the plan's full_fwd)
       stream_staged<RES>(xq, rq, yq, sx, sr, sy, e - tok, ring);
-    } else if constexpr (!k16Bit) {
-      stream_copy<false>(xq, rq, yq, sx, sr, sy, e - tok);
     } else {
       stream(xq, rq, yq, sx, sr, sy, e - tok);
     }
@@ -137,7 +136,7 @@ struct TmFwd {
   template <bool RES>
   __device__ __forceinline__ void stream_staged(const T* xq, const T* rq, T* yq, int64_t sx,
                                                 int64_t sr, int64_t sy, int64_t len, P* ring) {
-    constexpr int NS = TmTraits::full_stages(RES, P::kBytes), U = TmTraits::kFullTokens, kT = TmTraits::kThreads;
+    constexpr int NS = TmTraits::full_stages(RES), U = TmTraits::kFullTokens, kT = TmTraits::kThreads;
     constexpr int K = RES ? 2 : 1;
     const int64_t stages = len / U;
     auto fill = [&](int slot, const T* xs, const T* rs) {
@@ -173,9 +172,8 @@ struct TmFwd {
     tail<true>(xq, rq, yq, sx, sr, sy, len - stages * U, RES);
   }
 
-  // fp32's generic instance: U tokens prefetched into a second buffer copied
-  // over at each step (the ping-pong form of stream() spilled at fp32's wider
-  // vectors).
+  // fp32: U tokens prefetched into a second buffer copied over at each step
+  // (the ping-pong form of stream() spilled at fp32's wider vectors).
   template <bool FULL>
   __device__ __forceinline__ void stream_copy(const T* xq, const T* rq, T* yq, int64_t sx,
                                               int64_t sr, int64_t sy, int64_t len) {
@@ -284,7 +282,7 @@ struct TmFwd {
   }
 };
 
-// The full-window SiLU instance (FULL: vectors, W == WMAX; the plan's
+// The full-window SiLU instance (FULL: 16-bit vectors, W == WMAX; the plan's
 // full_fwd; RES: with a residual) is a kernel of its own, as the backward's:
 // in one kernel with the generic instance its code was twice as long (both
 // loops, one register allocation); split, the dense bf16 forward+backward ran
@@ -294,24 +292,17 @@ struct TmFwd {
 // the stall samples on the loaded x), and capped at 3 blocks it spilled
 // 288-352 B.  It now stages x in shared memory (stream_staged) under its own
 // cap, TmTraits::full_min_blocks.
-// fp32 has it at W = 4 without residual (16-byte packs: the same ring in
-// fewer stages, TmTraits::kFull32Stages).
 template <class T, int WMAX, int CH>
-constexpr bool kFwdHasFull = CH > 1 && (sizeof(T) == 2 || (sizeof(T) == 4 && WMAX == 4 && CH == 4));
-template <class T>
-constexpr bool kFwdHasFullRes = sizeof(T) == 2;
+constexpr bool kFwdHasFull = CH > 1 && sizeof(T) == 2;
 
 template <class T, int WMAX, int CH, bool FULL, bool RES = false>
-__global__ void __launch_bounds__(TmTraits::kThreads, FULL ? TmTraits::full_min_blocks(WMAX, int(CH * sizeof(T)))
-                                                           : TmTraits::min_blocks(WMAX, CH))
+__global__ void __launch_bounds__(TmTraits::kThreads, FULL ? TmTraits::full_min_blocks(WMAX) : TmTraits::min_blocks(WMAX, CH))
     fwd_tm(const Args a) {
   using A = acc_t<T>;
   using P = Pack<T, CH>;
-  static_assert(!FULL || P::kBytes <= (sizeof(T) == 2 ? TmTraits::kFullPackBytes : TmTraits::kFull32PackBytes),
-                "the ring's slots hold one pack");
+  static_assert(!FULL || P::kBytes <= TmTraits::kFullPackBytes, "the ring's slots hold one pack");
   static_assert(FULL || !RES, "RES is a form of the FULL instance");
-  static_assert(!RES || kFwdHasFullRes<T>, "the residual form exists for 16-bit packs only");
-  __shared__ __align__(16) P ring[FULL ? TmTraits::full_stages(RES, P::kBytes) * TmTraits::kFullTokens * (RES ? 2 : 1) * TmTraits::kThreads : 1];
+  __shared__ __align__(16) P ring[FULL ? TmTraits::full_stages(RES) * TmTraits::kFullTokens * (RES ? 2 : 1) * TmTraits::kThreads : 1];
   const int64_t tile = int64_t(blockIdx.x) * blockDim.y + threadIdx.y;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (tile >= a.ntiles || d0 >= a.D) return;
@@ -520,12 +511,9 @@ struct FwdKernels {
   template <class T, int WMAX, int CH>
   static cudaError_t tm(const Plan& pl, const Args& a, Launch* l) {
     if constexpr (kFwdHasFull<T, WMAX, CH>) {
-      if constexpr (kFwdHasFullRes<T>) {
-        if (pl.full_fwd && a.residual.p)
-          return l->main("fwd_tm(vector, full window, residual)", fwd_tm<T, WMAX, CH, true, true>, pl, a);
-      }
-      if (pl.full_fwd && !a.residual.p)  // (fp32: the planner gives no full plan with a residual)
-        return l->main("fwd_tm(vector, full window)", fwd_tm<T, WMAX, CH, true>, pl, a);
+      if (pl.full_fwd && a.residual.p)
+        return l->main("fwd_tm(vector, full window, residual)", fwd_tm<T, WMAX, CH, true, true>, pl, a);
+      if (pl.full_fwd) return l->main("fwd_tm(vector, full window)", fwd_tm<T, WMAX, CH, true>, pl, a);
     }
     if constexpr (WMAX > kTmWideFullOnly && CH > 1) return l->no_instance("fwd_tm(vector, wide window, generic)");
     else return l->main(CH > 1 ? "fwd_tm(vector)" : "fwd_tm(scalar)", fwd_tm<T, WMAX, CH, false>, pl, a);

@@ -41,13 +41,6 @@ bool full_window(const Problem& p, int wmax) {
   return p.dir == Dir::fwd || (p.dx && p.dy && (p.dweight || p.dbias));
 }
 
-// The fp32 full-window forward (its 16-byte packs fill the ring's 48 KB in
-// three stages, so there is no residual form): W == wmax == 4, SiLU.
-bool full_fwd_fp32(const Problem& p, int wmax) {
-  return p.dir == Dir::fwd && p.act_dtype == SC_F32 && p.W == wmax && wmax == 4 &&
-         p.act == SC_ACT_SILU && !p.residual;
-}
-
 // The tiled token axis: B rows of T tokens, or with seq_idx one row of B*T
 // (the packed batch of semantics section 3: the tiles, and so every partial
 // sum, are those of the equivalent cu_seqlens batch).
@@ -130,7 +123,7 @@ void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
   pl->wmax = path == Path::token_major_vec    ? tm_vec_wmax(dtype_size(p.act_dtype)).for_width(p.W)
              : path == Path::token_major_scalar ? kNarrowWmax.for_width(p.W)
                                                 : 0;
-  pl->full_fwd = path == Path::token_major_vec && !bwd && (full_window(p, pl->wmax) || full_fwd_fp32(p, pl->wmax));
+  pl->full_fwd = path == Path::token_major_vec && !bwd && full_window(p, pl->wmax);
   const int threads = path == Path::general ? GeneralTraits::kThreads : TmTraits::kThreads;
   const int64_t cols = ceil_div(p.D, pl->ch);
   int cx;
@@ -143,7 +136,7 @@ void plan_tm(const Problem& p, Path path, int sms, Plan* pl) {
   if (p.exec.tile_t > 0) {
     pl->tile_t = clamp_tile(p.exec.tile_t, axis_len(p));
   } else {
-    const int64_t target = int64_t(sms) * TmTraits::resident_threads(pl->full_fwd, pl->wmax, pl->ch, dtype_size(p.act_dtype));  // threads of one wave
+    const int64_t target = int64_t(sms) * TmTraits::resident_threads(pl->full_fwd, pl->wmax, pl->ch);  // threads of one wave
     const int64_t work = p.B * p.T * cols;                               // thread-tokens
     const int64_t per_thread = ceil_div(work, std::max<int64_t>(target, 1));
     if (bwd) {

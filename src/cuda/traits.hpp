@@ -105,32 +105,19 @@ struct TmTraits {
   // The same for the 16-tap instance: 32 taps and 30 window registers leave
   // too few of 80 (2 blocks: 128).
   static constexpr int kFullWideMinBlocks = 2;
+  static SC_TRAIT int full_min_blocks(int wmax) { return wmax > kTmWideFullOnly ? kFullWideMinBlocks : kFullMinBlocks; }
   static constexpr int kFullPackBytes = 8;                // the widest 16-bit pack (CH = 4 at W <= 4)
   // With a residual the ring holds two packs per token (x, residual) in
   // fewer stages, within the same 48 KB bound.
   static constexpr int kFullResStages = 3;
-  // The fp32 W = 4 SiLU forward without residual (fwd_tm's FULL instance of
-  // float) takes the same ring with 16-byte packs (CH = 4): fewer stages in
-  // the same 48 KB.  Its generic instance, x in registers at 128 registers and
-  // 2 blocks per SM, was bound by the latency of its loads (ncu, H100,
-  // 2026-12-05: 25% occupancy, no eligible warp in 78% of cycles, 80% of the
-  // stall on the L1TEX scoreboard, 82% of DRAM throughput).
-  static constexpr int kFull32PackBytes = 16;  // one fp32 pack (CH = 4)
-  static constexpr int kFull32Stages = 3;      // ring stages of kFullTokens tokens (48 KB)
-  static constexpr int kFull32MinBlocks = 3;   // its register cap: blocks per SM (80 registers)
-  static SC_TRAIT int full_min_blocks(int wmax, int pack_bytes = kFullPackBytes) {
-    return pack_bytes > kFullPackBytes ? kFull32MinBlocks : wmax > kTmWideFullOnly ? kFullWideMinBlocks : kFullMinBlocks;
-  }
-  static SC_TRAIT int full_stages(bool res, int pack_bytes = kFullPackBytes) {
-    return pack_bytes > kFullPackBytes ? kFull32Stages : res ? kFullResStages : kFullStages;
-  }
-  static SC_TRAIT size_t full_ring_bytes(bool res, int pack_bytes = kFullPackBytes) {
-    return size_t(full_stages(res, pack_bytes)) * kFullTokens * (res ? 2 : 1) * kThreads * size_t(pack_bytes);
+  static SC_TRAIT int full_stages(bool res) { return res ? kFullResStages : kFullStages; }
+  static SC_TRAIT size_t full_ring_bytes(bool res) {
+    return size_t(full_stages(res)) * kFullTokens * (res ? 2 : 1) * kThreads * kFullPackBytes;
   }
   // Threads of one wave of an instance (the planner's tile sizing): the
   // full-window forward's, or any other of window bound wmax.
-  static SC_TRAIT int resident_threads(bool full_fwd, int wmax, int ch, int elem_bytes) {
-    return kThreads * (full_fwd ? full_min_blocks(wmax, ch * elem_bytes) : min_blocks(wmax, ch));
+  static SC_TRAIT int resident_threads(bool full_fwd, int wmax, int ch) {
+    return kThreads * (full_fwd ? full_min_blocks(wmax) : min_blocks(wmax, ch));
   }
   static constexpr int kMaxCx = 32;                 // threads along channels (one warp)
   // The same, the full-window forward: wider blocks along channels (H200,
@@ -181,8 +168,7 @@ struct TmTraits {
   static_assert(kBwdStages >= 2 && kBwdTokens >= 1 && kBwdRingBytes <= 48 * 1024, "the backward's ring, likewise");
   static_assert(kBwdUnroll >= 1, "at least one stage per trip");
 };
-static_assert(TmTraits::full_ring_bytes(false) <= 48 * 1024 && TmTraits::full_ring_bytes(true) <= 48 * 1024 &&
-                  TmTraits::full_ring_bytes(false, TmTraits::kFull32PackBytes) <= 48 * 1024,
+static_assert(TmTraits::full_ring_bytes(false) <= 48 * 1024 && TmTraits::full_ring_bytes(true) <= 48 * 1024,
               "the forward's ring is static shared memory (48 KB at most)");
 
 // fwd_cm / bwd_cm: a warp owns a (batch, channel) row tile, a lane kVec
