@@ -1,8 +1,9 @@
 // CUDA decode kernel: one launch per decode step (Path::decode).  This file:
-// tree drafts (any rows), linear steps on [P, D, S] rows (narrow; wide when the
-// row is not held in registers) and on scalar rows, the scalar instance.
-// Linear steps on vLLM rows and the wide ones on short [P, D, S] rows are
-// decode_linear.cu's (the same math, state rows held in registers).
+// tree drafts (any rows), linear steps on [P, D, S] rows that are not held in
+// registers (staged in shared memory: other S, padded taps, packed or shorter
+// speculative steps) and on scalar rows, the scalar instance.  Linear steps on
+// vLLM rows and on short [P, D, S] rows with raw taps are decode_linear.cu's
+// (the same math, state rows held in registers).
 //
 // Math (docs/semantics.md §1 and §5), per sequence n of L_n tokens (a few) and
 // channel d.  The extended sequence has s entries before x_n: s = S for
@@ -346,10 +347,10 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (decode_min_blocks<T, 
 }
 
 // The vector instances of type T with CH channels per thread that this file
-// holds: the narrow linear step on [P, D, S] and scalar rows, the tree (any
-// rows, the mode read at run time), the wide step on staged [P, D, S] rows.
-// Linear steps on vLLM rows, and wide ones on [P, D, S] rows held in
-// registers, are decode_linear.cu's (launch_decode).
+// holds: the narrow linear step on staged [P, D, S] rows and on scalar rows,
+// the tree (any rows, the mode read at run time), the wide step on staged
+// [P, D, S] rows.  Linear steps on vLLM rows, and on [P, D, S] rows held in
+// registers (narrow or wide), are decode_linear.cu's (launch_decode).
 template <class T, int CH>
 cudaError_t launch_decode_vec(const Plan& pl, const Args& a, Launch* l) {
   constexpr int WM = DecodeTraits::kVecWmax;

@@ -2,8 +2,10 @@
 // registers: one launch per decode step (Path::decode), chosen by
 // launch_decode (decode.cu) for vLLM's channel-contiguous rows
 // (StateIo::channel_vec, fwd_decode_linear: narrow and wide, one token or
-// speculative) and for the wide instance on [P, D, S] rows of S = W-1 or W
-// (fwd_decode_linear_rows, with raw taps).
+// speculative) and for [P, D, S] rows of S = W-1 or W, or speculative 1+K
+// tokens on rows of (W-1) + K (fwd_decode_linear_rows, with raw taps: wide,
+// and narrow since 2026-12-05: H100, bf16, batch 1-8, 3.3-5.3 -> 2.5-4.1 us,
+// bench/RESULTS.md).
 //
 // Math: decode.cu's (docs/semantics.md §1 and §5).  Sequence n of L tokens
 // has s entries before x_n in its extended sequence u (s = S, or W-1 with
