@@ -149,8 +149,10 @@ template <class T, int CH, int S_>
 struct RowBlock {
   static constexpr int kElems = CH * S_;
   static constexpr int kBytes = kElems * int(sizeof(T));
-  static constexpr int kUnit = kBytes % 16 == 0 ? 16 : 4;  // bytes per load and store
-  static_assert(kBytes % 4 == 0, "a whole number of 32-bit words per block");
+  // bytes per load and store: the planner guarantees the alignment of a
+  // thread's CH channels (StateIo::row_vec: 16 bytes wide, 4 narrow), not more
+  static constexpr int kUnit = CH * int(sizeof(T)) == 16 ? 16 : 4;
+  static_assert(kBytes % kUnit == 0 && CH * int(sizeof(T)) % 4 == 0, "a whole number of units per block");
   static constexpr int kVecs = kBytes / kUnit;
   static constexpr int kPer = kUnit / int(sizeof(T));  // elements per unit
   Pack<T, kPer> v[kVecs];

@@ -399,8 +399,8 @@ TEST(Cuda, DecodeGraphReplaysWithNewRowsAndCounts) {
 // of x per thread: batch 256 at D = 8192), on vLLM's rows and on [P, D, S]
 // rows: one token, and 1 + 3 speculative tokens with accepted counts, pad
 // slots among the rows; against the oracle (the rows are copies: bitwise).
-// The planner's choice is checked in cuda_plan_test: batch 8 and the
-// speculative steps on [P, D, S] rows take the narrow instance.
+// The planner's choice is checked in cuda_plan_test: batch 8 takes the
+// narrow instance.
 TEST(Cuda, DecodeWideSteps) {
   REQUIRE_GPU();
   std::mt19937_64 rng(5);
