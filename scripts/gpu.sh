@@ -76,7 +76,7 @@ CLI=$B/bin/shortconv
 [ -x "$CLI" ] || CLI=$(find "$B" -maxdepth 2 -type f -name shortconv -perm -u+x | head -1)
 
 GPU_FILTER='Cuda.*:*/cuda'
-SAN_FILTER=${GPU_SAN_FILTER:-'Cuda.PackedVector:Cuda.InPlaceDecode:Cuda.GeneralPathWide:Cuda.ChannelMajor*:Cuda.StridedViews:Backends/SeqIdx.*/cuda:Backends/Serving.AcceptedCountsAtBothEndsAndPadSlots/cuda:Backends/Serving.StarDraftsAreTwoTokenSteps/cuda:Cuda.DecodeGraphReplaysWithNewRowsAndCounts:Cuda.DecodeWideSteps:Cuda.DecodeWideForms'}
+SAN_FILTER=${GPU_SAN_FILTER:-'Cuda.TokenMajorVectorSizes:Backends/StateAddressing.UnalignedPoolEqualsAlignedPool/cuda:Cuda.PackedVector:Cuda.InPlaceDecode:Cuda.GeneralPathWide:Cuda.ChannelMajor*:Cuda.StridedViews:Backends/SeqIdx.*/cuda:Backends/Serving.AcceptedCountsAtBothEndsAndPadSlots/cuda:Backends/Serving.StarDraftsAreTwoTokenSteps/cuda:Cuda.DecodeGraphReplaysWithNewRowsAndCounts:Cuda.DecodeWideSteps:Cuda.DecodeWideForms'}
 if [ "${GPU_SKIP_TESTS:-0}" != 1 ]; then
   stage tests "$TESTS" --gtest_filter="$GPU_FILTER"
 fi

@@ -140,6 +140,7 @@ std::string Case::describe() const {
   if (!ring.empty()) o << " rings";
   if (pad_index != -1) o << " pad=" << pad_index;
   if (state_transposed) o << " state^T";
+  if (state_base) o << " state+" << state_base;
   if (!accepted.empty()) {
     o << " accepted[";
     for (size_t i = 0; i < accepted.size(); ++i) o << (i ? "," : "") << accepted[i];

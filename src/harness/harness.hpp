@@ -72,6 +72,9 @@ struct Case {
   std::vector<int64_t> ring;      // [N] ring_offsets (>= 0): state rows are rings
   int64_t pad_index = -1;         // a state index meaning "no row", besides -1
   bool state_transposed = false;  // h0/ht stored [rows, S, D]: strides {D*S, 1, D}
+  // Elements before the origin of each state tensor in its buffer: a pool view aligned
+  // to its element size, or to 4 or 8 bytes, only (the buffers are 256-byte aligned).
+  int64_t state_base = 0;
   // Serving steps (section 5), forward only; empty: absent.
   std::vector<int64_t> accepted;  // [N] num_accepted (speculative decoding)
   std::vector<int64_t> parents;   // [N, parent_cols] parent_tokens (tree drafts), row-major

@@ -221,13 +221,14 @@ std::unique_ptr<Tensor> act_tensor(const Case& c, const char* name, bool output,
   }
 }
 
-// A state tensor [rows, D, S]; `transposed`: stored [rows, S, D].
+// A state tensor [rows, D, S] at element c.state_base of its buffer;
+// `transposed`: stored [rows, S, D].
 std::unique_ptr<Tensor> state_tensor(const Case& c, const char* name, bool output, int64_t rows,
                                      bool transposed) {
-  const int64_t D = c.D, S = c.state_len();
+  const int64_t D = c.D, S = c.state_len(), base = c.state_base, n = base + rows * D * S;
   if (transposed)
-    return make_tensor(name, c.state_dtype, output, {rows, D, S}, {D * S, 1, D}, 0, rows * D * S, 3);
-  return make_tensor(name, c.state_dtype, output, {rows, D, S}, {D * S, S, 1}, 0, rows * D * S, 3);
+    return make_tensor(name, c.state_dtype, output, {rows, D, S}, {D * S, 1, D}, base, n, 3);
+  return make_tensor(name, c.state_dtype, output, {rows, D, S}, {D * S, S, 1}, base, n, 3);
 }
 
 std::unique_ptr<Tensor> index_tensor(const Case& c, const char* name, int64_t n) {
