@@ -73,7 +73,8 @@ struct Case {
   int64_t pad_index = -1;         // a state index meaning "no row", besides -1
   bool state_transposed = false;  // h0/ht stored [rows, S, D]: strides {D*S, 1, D}
   // Elements before the origin of each state tensor in its buffer: a pool view aligned
-  // to its element size, or to 4 or 8 bytes, only (the buffers are 256-byte aligned).
+  // to its element size, or to 4 or 8 bytes, only (device buffers are 256-byte
+  // aligned, host ones malloc's 16).
   int64_t state_base = 0;
   // Serving steps (section 5), forward only; empty: absent.
   std::vector<int64_t> accepted;  // [N] num_accepted (speculative decoding)
