@@ -46,17 +46,7 @@ def phases():
     """{name: zero-argument callable}: the calls each phase makes."""
     import torch
     import shortconv
-
-    class NoOp(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, weight, bias):
-            ctx.save_for_backward(x, weight, bias)
-            return torch.empty_like(x)
-
-        @staticmethod
-        def backward(ctx, dy):
-            x, weight, bias = ctx.saved_tensors
-            return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(bias)
+    from shortconv.bench import small_calls
 
     g = torch.Generator().manual_seed(7)
     dt, W = torch.bfloat16, 4
@@ -85,21 +75,7 @@ def phases():
     step_conv = shortconv.ShortConvolution(Dd, W, bias=True, activation="silu").to(dt)
     cache = rnd(N, Dd, W)
     x1 = xt.unsqueeze(1)
-
-    def fb():
-        y, _ = shortconv.causal_conv1d(x, w, b, activation="silu", state_len=W - 1)
-        torch.autograd.grad(y, leaves, dy)
-
-    def fb_noop():
-        torch.autograd.grad(NoOp.apply(x, w, b), leaves, dy)
-
-    def fwd():
-        with torch.no_grad():
-            shortconv.causal_conv1d(x, w, b, activation="silu", state_len=W - 1)
-
-    def fwd_noop():
-        with torch.no_grad():
-            NoOp.apply(x, w, b)
+    small = small_calls(x, w, b, dy)
 
     def module_fb():
         y, _ = conv(x)
@@ -114,7 +90,7 @@ def phases():
             step_conv(x1, cache=cache)
 
     return dict(
-        fb=fb, fb_noop=fb_noop, fwd=fwd, fwd_noop=fwd_noop, module_fb=module_fb, dao_fb=dao_fb,
+        module_fb=module_fb, dao_fb=dao_fb, **small,
         mul=lambda: torch.mul(xt, xt),
         update=lambda: shortconv.causal_conv1d_update(xt, pool, weight=wd, bias=bd,
                                                       activation="silu", cache_indices=rows),

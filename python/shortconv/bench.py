@@ -313,6 +313,30 @@ class NoOp(torch.autograd.Function):
         return torch.empty_like(x), torch.empty_like(weight), torch.empty_like(bias)
 
 
+def small_calls(x, w, b, dy):
+    """{fb, fb_noop, fwd, fwd_noop}: a SiLU forward+backward (gradients of x, w and b
+    from dy, x a leaf) and a no-grad forward, each beside NoOp's same inputs and outputs."""
+    leaves = (x, w, b)
+    W = w.shape[1]
+
+    def fb():
+        y, _ = shortconv.causal_conv1d(x, w, b, activation="silu", state_len=W - 1)
+        torch.autograd.grad(y, leaves, dy)
+
+    def fb_noop():
+        torch.autograd.grad(NoOp.apply(x, w, b), leaves, dy)
+
+    def fwd():
+        with torch.no_grad():
+            shortconv.causal_conv1d(x, w, b, activation="silu", state_len=W - 1)
+
+    def fwd_noop():
+        with torch.no_grad():
+            NoOp.apply(x, w, b)
+
+    return dict(fb=fb, fb_noop=fb_noop, fwd=fwd, fwd_noop=fwd_noop)
+
+
 @contextlib.contextmanager
 def validation_only():
     """Every call of the package validated by the library but not computed (the workspace
@@ -368,23 +392,7 @@ def host_overhead(device, budget_s, W=4, dtype=torch.bfloat16):
                    for sh in ((B, T, D), (D, W), (D,), (B, T, D)))
     for t in (x, w, b):
         t.requires_grad_(True)
-    leaves = (x, w, b)
-
-    def fb():
-        y, _ = shortconv.causal_conv1d(x, w, b, activation="silu", state_len=W - 1)
-        torch.autograd.grad(y, leaves, dy)
-
-    def fb_noop():
-        torch.autograd.grad(NoOp.apply(x, w, b), leaves, dy)
-
-    def fwd():
-        with torch.no_grad():
-            shortconv.causal_conv1d(x, w, b, activation="silu", state_len=W - 1)
-
-    def fwd_noop():
-        with torch.no_grad():
-            NoOp.apply(x, w, b)
-
+    fb, fb_noop, fwd, fwd_noop = small_calls(x, w, b, dy).values()
     out = {}
     if device == "cuda":
         out["eager"] = dict(fwdbwd=paired(fb, fb_noop, device, budget_s),

@@ -123,26 +123,33 @@ FWD_DEFECTS = [
 ]
 
 
+def seq_idx_defect(kind, kw):
+    """Corrupt kw's seq_idx (float, a short shape, an id past the state rows): what
+    apply_*_defect returns, or None where the call has nothing to corrupt."""
+    sid = kw.get("seq_idx")
+    if sid is None or (kind == "past_rows" and kw.get("initial_state") is None):
+        return None
+    if kind == "float":
+        kw["seq_idx"] = sid.float()
+        return TypeError, "seq_idx"
+    if kind == "shape":
+        kw["seq_idx"] = sid[:, :-1] if sid.shape[1] else sid.new_zeros(sid.shape[0], 1)
+        return ValueError, "seq_idx"
+    if not sid.numel():
+        return None
+    sid = sid.clone()
+    sid.view(-1)[-1] = kw["initial_state"].shape[0]  # one past the rows
+    kw["seq_idx"] = sid
+    return ValueError, "seq_idx"
+
+
 def apply_fwd_defect(defect, kw, W, packed):
     """Corrupt one argument of a valid call: (exception, name the message must contain)."""
     arg, kind = defect.split(":")
     value = kw.get(arg)
     sid = kw.get("seq_idx")
     if arg == "seq_idx":
-        if sid is None or (kind == "past_rows" and kw.get("initial_state") is None):
-            return None
-        if kind == "float":
-            kw["seq_idx"] = sid.float()
-            return TypeError, "seq_idx"
-        if kind == "shape":
-            kw["seq_idx"] = sid[:, :-1] if sid.shape[1] else sid.new_zeros(sid.shape[0], 1)
-            return ValueError, "seq_idx"
-        if not sid.numel():
-            return None
-        sid = sid.clone()
-        sid.view(-1)[-1] = kw["initial_state"].shape[0]  # one past the rows
-        kw["seq_idx"] = sid
-        return ValueError, "seq_idx"
+        return seq_idx_defect(kind, kw)
     if defect == "initial_state:batch" and sid is not None:
         return None  # (rows by id: any row count is valid)
     if kind in ("list", "tuple", "numpy"):
@@ -444,20 +451,7 @@ def apply_update_defect(defect, kw, P):
     value = kw.get(arg)
     sid = kw.get("seq_idx")
     if arg == "seq_idx":
-        if sid is None or (kind == "past_rows" and kw.get("initial_state") is None):
-            return None
-        if kind == "float":
-            kw["seq_idx"] = sid.float()
-            return TypeError, "seq_idx"
-        if kind == "shape":
-            kw["seq_idx"] = sid[:, :-1] if sid.shape[1] else sid.new_zeros(sid.shape[0], 1)
-            return ValueError, "seq_idx"
-        if not sid.numel():
-            return None
-        sid = sid.clone()
-        sid.view(-1)[-1] = kw["initial_state"].shape[0]  # one past the rows
-        kw["seq_idx"] = sid
-        return ValueError, "seq_idx"
+        return seq_idx_defect(kind, kw)
     if defect == "initial_state:batch" and sid is not None:
         return None  # (rows by id: any row count is valid)
     if kind in ("list", "tuple", "numpy"):
