@@ -31,6 +31,34 @@ using namespace shortconv::harness;
 
 class ActivationRange : public BackendTest {};
 
+// Width 1, one token, D channels, no bias: y = act(weight * x) channel by
+// channel, the activation alone over a list of inputs (x set by the caller).
+Case pointwise(sc_dtype dt, sc_activation act, int64_t D) {
+  Case c;
+  c.W = 1;
+  c.S = 0;
+  c.act = act;
+  c.act_dtype = c.param_dtype = c.state_dtype = dt;
+  c.B = 1;
+  c.T = 1;
+  c.D = D;
+  c.bias = false;
+  return c;
+}
+
+// Two rows with initial states (and a residual when asked): the CPU bitwise tests' case.
+Case two_rows(sc_dtype dt, int W, bool residual, int64_t T, int64_t D) {
+  Case c;
+  c.W = W;
+  c.act_dtype = c.state_dtype = dt;
+  c.B = 2;
+  c.T = T;
+  c.D = D;
+  c.residual = residual;
+  c.h0 = true;
+  return c;
+}
+
 // Magnitudes worth testing for a dtype whose largest finite value is `max`.
 std::vector<double> magnitudes(double max) {
   std::vector<double> m = {0.0, 1e-45, 1e-40, 1e-38, 1e-30, 1e-8, 1e-3, 0.25, 1.0, 2.0, 5.0,
@@ -83,15 +111,7 @@ TEST_P(ActivationRange, SiluAndIdentityOverEveryDtypesRange) {
     xs.push_back(-inf);
     xs.push_back(std::nan(""));
     for (sc_activation act : {SC_ACT_SILU, SC_ACT_NONE}) {
-      Case c;
-      c.W = 1;
-      c.S = 0;
-      c.act = act;
-      c.act_dtype = c.param_dtype = c.state_dtype = dt;
-      c.B = 1;
-      c.T = 1;
-      c.D = int64_t(xs.size());
-      c.bias = false;
+      Case c = pointwise(dt, act, int64_t(xs.size()));
       c.want_dweight = c.want_dbias = false;  // sums over inf/NaN inputs: NaN, nothing to learn
       Inputs in = make_inputs(c);
       in.x = xs;
@@ -155,15 +175,7 @@ TEST_P(ActivationRange, SiluOfEveryHalfValue) {
       // harness's poison, which marks an output element as never written
       if (std::isnan(xs[b])) xs[b] = std::nan("");
     }
-    Case c;
-    c.W = 1;
-    c.S = 0;
-    c.act = SC_ACT_SILU;
-    c.act_dtype = c.param_dtype = c.state_dtype = dt;
-    c.B = 1;
-    c.T = 1;
-    c.D = int64_t(xs.size());
-    c.bias = false;
+    Case c = pointwise(dt, SC_ACT_SILU, int64_t(xs.size()));
     c.want_dweight = c.want_dbias = false;
     Inputs in = make_inputs(c);
     in.x = xs;
@@ -313,16 +325,8 @@ TEST(ActivationCpuIsa, Bf16RoundsAlikeInEveryIsa) {
   };
   for (sc_activation act : {SC_ACT_NONE, SC_ACT_SILU})
     for (double w : {1.0 + 1.0 / 256, 0.7500001, 0.1875}) {
-      Case c;
-      c.W = 1;
-      c.S = 0;
-      c.act = act;
-      c.act_dtype = c.state_dtype = SC_BF16;
+      Case c = pointwise(SC_BF16, act, int64_t(xs.size()));
       c.param_dtype = SC_F32;
-      c.B = 1;
-      c.T = 1;
-      c.D = int64_t(xs.size());
-      c.bias = false;
       Inputs in = make_inputs(c);
       ASSERT_EQ(in.x.size(), xs.size());
       ASSERT_EQ(in.dy.size(), xs.size());
@@ -353,15 +357,8 @@ TEST(CpuBits, ForwardDoesNotDependOnTheTiling) {
   for (sc_dtype dt : {SC_BF16, SC_F32, SC_F16})
     for (int W : {1, 2, 3, 4})
       for (bool res : {false, true}) {
-        Case c;
-        c.W = W;
-        c.act_dtype = c.state_dtype = dt;
+        Case c = two_rows(dt, W, res, 67, 53);
         c.param_dtype = SC_F32;
-        c.B = 2;
-        c.T = 67;
-        c.D = 53;
-        c.residual = res;
-        c.h0 = true;
         const Inputs in = make_inputs(c);
         const Outputs ref = run(c, in, SC_BACKEND_CPU, kForward);
         ASSERT_TRUE(ref.ok()) << ref.problems();
@@ -390,14 +387,7 @@ TEST(CpuBits, RowsInPassesEqualOneLoop) {
   for (sc_dtype dt : {SC_BF16, SC_F32, SC_F16})
     for (int W : {2, 3, 4, 6})
       for (bool res : {false, true}) {
-        Case c;
-        c.W = W;
-        c.act_dtype = c.state_dtype = dt;
-        c.B = 2;
-        c.T = 37;
-        c.D = 300;  // an automatic tile of 256 channels and one of 44
-        c.residual = res;
-        c.h0 = true;
+        const Case c = two_rows(dt, W, res, 37, 300);  // D: an automatic tile of 256 channels and one of 44
         const Inputs in = make_inputs(c);
         const Outputs passes = run(c, in, SC_BACKEND_CPU);
         ASSERT_TRUE(passes.ok()) << passes.problems();
