@@ -52,11 +52,19 @@ double graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& po
 double empty_kernel_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
                              int min_reps, int calls, std::string* msg);
 double empty_kernel_eager_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1);
+// The argument block of the round-trip kernel: its own four arguments; padded
+// to the size of the library's Args; as large, with the first address
+// computed from values in 12 of its 64-byte lines (latency_kernels.cu).
+enum class RefArgsKind { plain, padded, spread };
 // The same (graph) for a block that follows `hops` dependent index loads (0 .. 4),
 // then loads and stores 16 bytes per thread: 0 hops is one round trip, 1 the
 // index-then-row chain of a step on a pool (latency_kernels.cu).
 double round_trips_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
-                            int min_reps, int calls, int hops, std::string* msg);
+                            int min_reps, int calls, int hops, RefArgsKind kind, std::string* msg);
+// Host time of one eager launch of the index-then-load kernel (the API call
+// alone, launches queued back to back), with the argument block `kind`: what
+// the block's size costs the calling thread.
+double launch_host_us(cudaStream_t s, RefArgsKind kind, std::string* msg);
 // The same for one device-to-device copy of bytes / 2 (so `bytes` moved,
 // read + written) per call, rotating over `copies` buffer pairs.
 double copy_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol, int min_reps,

@@ -151,9 +151,15 @@ DecodeRun bench_decode(const DecodeSettings& st, const Timing& pol, const Clock&
                                          kDecodeGraphCalls, &msg);
     run.empty_call_us = empty_kernel_eager_us(clock.cs, clock.e0, clock.e1);
     run.trip_us = round_trips_graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps),
-                                       kDecodeGraphCalls, 0, &msg);
+                                       kDecodeGraphCalls, 0, RefArgsKind::plain, &msg);
     run.index_trip_us = round_trips_graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps),
-                                             kDecodeGraphCalls, 1, &msg);
+                                             kDecodeGraphCalls, 1, RefArgsKind::plain, &msg);
+    run.index_trip_args_us = round_trips_graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps),
+                                                  kDecodeGraphCalls, 1, RefArgsKind::padded, &msg);
+    run.index_trip_spread_us = round_trips_graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps),
+                                                    kDecodeGraphCalls, 1, RefArgsKind::spread, &msg);
+    run.launch_host_us = launch_host_us(clock.cs, RefArgsKind::plain, &msg);
+    run.launch_host_args_us = launch_host_us(clock.cs, RefArgsKind::padded, &msg);
   }
 #endif
   for (const DecodeShape& s : st.shapes) {
@@ -181,8 +187,10 @@ void print_decode_header(const DecodeSettings& st, double copy_GBps, const Decod
               copy_GBps);
   if (st.device)
     std::printf("; empty kernel %.2f us (graph), %.2f us (eager); one round trip %.2f us, an index "
-                "then a load %.2f us (graph)",
-                run.empty_us, run.empty_call_us, run.trip_us, run.index_trip_us);
+                "then a load %.2f us, the same with the library's argument block %.2f us, reading 12 of its "
+                "lines first %.2f us (graph); host time of its launch %.2f us, %.2f us with that block",
+                run.empty_us, run.empty_call_us, run.trip_us, run.index_trip_us, run.index_trip_args_us,
+                run.index_trip_spread_us, run.launch_host_us, run.launch_host_args_us);
   std::printf("\n%-5s %-5s %5s %5s %2s %10s %9s %6s %8s %10s\n", "rows", "dtype", "D", "batch", "T",
               "us", "floor_us", "frac", "/empty", "eager_us");
 }
@@ -221,7 +229,11 @@ std::string decode_json(const DecodeRun& run, double copy_GBps) {
   std::string s = "\"empty_kernel_us\": " + json_num(run.empty_us) +
                   ", \"empty_kernel_call_us\": " + json_num(run.empty_call_us) +
                   ", \"round_trip_us\": " + json_num(run.trip_us) +
-                  ", \"index_round_trip_us\": " + json_num(run.index_trip_us) + ", \"decode\": [";
+                  ", \"index_round_trip_us\": " + json_num(run.index_trip_us) +
+                  ", \"index_round_trip_args_us\": " + json_num(run.index_trip_args_us) +
+                  ", \"index_round_trip_spread_us\": " + json_num(run.index_trip_spread_us) +
+                  ", \"launch_host_us\": " + json_num(run.launch_host_us) +
+                  ", \"launch_host_args_us\": " + json_num(run.launch_host_args_us) + ", \"decode\": [";
   for (size_t i = 0; i < run.results.size(); ++i) {
     const DecodeResult& r = run.results[i];
     const bool ok = r.error.empty();

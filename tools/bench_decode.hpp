@@ -42,6 +42,9 @@ struct DecodeResult {
 struct DecodeRun {
   double empty_us = NAN, empty_call_us = NAN;  // an empty kernel: graph-timed, eager (GPU only)
   double trip_us = NAN, index_trip_us = NAN;   // graph-timed: one round trip; an index, then a load
+  double index_trip_args_us = NAN;             // the same with an argument block of the library's size
+  double index_trip_spread_us = NAN;           // ... whose first address adds values from 12 of its lines
+  double launch_host_us = NAN, launch_host_args_us = NAN;  // host time of that launch, small / library-sized block
   std::vector<DecodeResult> results;
 };
 
@@ -56,7 +59,9 @@ void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double co
 // The copy references of a device run (copy_us per case), one table.
 void print_decode_copies(const DecodeRun& run, double copy_GBps);
 // `"empty_kernel_us": ..., "empty_kernel_call_us": ..., "round_trip_us": ...,
-// "index_round_trip_us": ..., "decode": [...]` for the JSON object.
+// "index_round_trip_us": ..., "index_round_trip_args_us": ..., "index_round_trip_spread_us": ...,
+// "launch_host_us": ...,
+// "launch_host_args_us": ..., "decode": [...]` for the JSON object.
 std::string decode_json(const DecodeRun& run, double copy_GBps);
 
 }  // namespace shortconv::cli

@@ -8,7 +8,13 @@
 //   the shape of a decode step on a pool (the row index, then the row) with
 //   nothing else: the latency floor of any kernel that addresses its rows
 //   through indices read on the device.  Its buffers are a few KB, so their
-//   lines stay in L2 across replays, like a small step's rows;
+//   lines stay in L2 across replays, like a small step's rows.  The same
+//   kernel taking an argument block the size of the library's (`Args`,
+//   passed by value to every CUDA kernel): what the launch of a step pays
+//   for its parameters alone, on the GPU and, timed by the host clock around
+//   back-to-back eager launches, in the calling thread; and the same block
+//   with the chain's first address computed from 12 of its lines: what
+//   reading parameters spread over the block costs before the first load;
 // - a copy of a step's bytes: half of them read and half written by one
 //   device-to-device cudaMemcpyAsync (the copy that measures the bandwidth
 //   floor), rotating over as many buffer pairs as the step rotates copies.
@@ -17,9 +23,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "bench_clock.hpp"
+#include "cuda/common.cuh"  // (sizeof(cuda::Args) only)
 
 namespace shortconv::cli {
 
@@ -35,6 +43,46 @@ __global__ void round_trips_kernel(const int64_t* idx, const uint4* src, uint4* 
   int64_t i = 0;
   for (int h = 0; h < hops; ++h) i = idx[i];  // each load's address is the previous load's value
   dst[i * kRefThreads + threadIdx.x] = src[i * kRefThreads + threadIdx.x];
+}
+
+// round_trips_kernel's arguments padded to the library's argument block.
+struct RefArgs {
+  const int64_t* idx;
+  const uint4* src;
+  uint4* dst;
+  int hops;
+};
+struct RefArgsPadded : RefArgs {
+  unsigned char pad[sizeof(cuda::Args) - sizeof(RefArgs)];
+};
+static_assert(sizeof(RefArgsPadded) >= sizeof(cuda::Args), "as large as the library's block");
+// ... and with kSpreadLines zero offsets kSpreadBytes apart, each in a 64-byte
+// line of its own, added to the chain's first address: a kernel that reads
+// its parameters from that many lines of a fresh block before its first load
+// (a decode step reads its sizes, indices and state tensors from 7 of Args'
+// 22 lines before its row index's load; each first read of a line in a
+// launch misses the constant cache).
+constexpr int kSpreadLines = 12, kSpreadBytes = 112;
+struct RefArgsSpread : RefArgs {
+  struct Line {
+    int64_t v;
+    unsigned char pad[kSpreadBytes - sizeof(int64_t)];
+  } line[kSpreadLines];
+};
+static_assert(sizeof(RefArgsSpread) <= sizeof(cuda::Args) + 64, "about the library's block");
+
+__global__ void round_trips_padded_kernel(const RefArgsPadded a) {
+  int64_t i = 0;
+  for (int h = 0; h < a.hops; ++h) i = a.idx[i];
+  a.dst[i * kRefThreads + threadIdx.x] = a.src[i * kRefThreads + threadIdx.x];
+}
+
+__global__ void round_trips_spread_kernel(const RefArgsSpread a) {
+  int64_t i = 0;
+#pragma unroll
+  for (int j = 0; j < kSpreadLines; ++j) i += a.line[j].v;  // (zeros)
+  for (int h = 0; h < a.hops; ++h) i = a.idx[i];
+  a.dst[i * kRefThreads + threadIdx.x] = a.src[i * kRefThreads + threadIdx.x];
 }
 
 }  // namespace
@@ -60,33 +108,81 @@ double empty_kernel_eager_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1) {
   return median(t);
 }
 
+namespace {
+
+// The index chain's buffers (idx[i] = i + 1; src zeroed), freed on scope exit.
+struct RefBuffers {
+  int64_t* idx = nullptr;
+  uint4 *src = nullptr, *dst = nullptr;
+  bool ok = false;
+  RefBuffers() {
+    int64_t host_idx[kRefMaxHops + 1];
+    for (int i = 0; i <= kRefMaxHops; ++i) host_idx[i] = i + 1;
+    const size_t vec_bytes = size_t(kRefMaxHops + 2) * kRefThreads * sizeof(uint4);
+    ok = cudaMalloc(&idx, sizeof(host_idx)) == cudaSuccess && cudaMalloc(&src, vec_bytes) == cudaSuccess &&
+         cudaMalloc(&dst, vec_bytes) == cudaSuccess &&
+         cudaMemcpy(idx, host_idx, sizeof(host_idx), cudaMemcpyHostToDevice) == cudaSuccess &&
+         cudaMemset(src, 0, vec_bytes) == cudaSuccess;
+  }
+  ~RefBuffers() {
+    cudaFree(idx);
+    cudaFree(src);
+    cudaFree(dst);
+  }
+  RefBuffers(const RefBuffers&) = delete;
+  RefBuffers& operator=(const RefBuffers&) = delete;
+  // One launch of the chain kernel on s, with the argument block `kind`.
+  void launch(cudaStream_t s, int hops, RefArgsKind kind) const {
+    const RefArgs r{idx, src, dst, hops};
+    if (kind == RefArgsKind::padded) {
+      RefArgsPadded a{};
+      static_cast<RefArgs&>(a) = r;
+      round_trips_padded_kernel<<<1, kRefThreads, 0, s>>>(a);
+    } else if (kind == RefArgsKind::spread) {
+      RefArgsSpread a{};
+      static_cast<RefArgs&>(a) = r;
+      round_trips_spread_kernel<<<1, kRefThreads, 0, s>>>(a);
+    } else {
+      round_trips_kernel<<<1, kRefThreads, 0, s>>>(idx, src, dst, hops);
+    }
+  }
+};
+
+}  // namespace
+
 double round_trips_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
-                            int min_reps, int calls, int hops, std::string* msg) {
+                            int min_reps, int calls, int hops, RefArgsKind kind, std::string* msg) {
   if (hops < 0 || hops > kRefMaxHops) {
     *msg = "round trips: hops out of range";
     return NAN;
   }
-  int64_t host_idx[kRefMaxHops + 1];
-  for (int i = 0; i <= kRefMaxHops; ++i) host_idx[i] = i + 1;
-  const size_t vec_bytes = size_t(kRefMaxHops + 2) * kRefThreads * sizeof(uint4);
-  int64_t* idx = nullptr;
-  uint4 *src = nullptr, *dst = nullptr;
-  double us = NAN;
-  if (cudaMalloc(&idx, sizeof(host_idx)) == cudaSuccess && cudaMalloc(&src, vec_bytes) == cudaSuccess &&
-      cudaMalloc(&dst, vec_bytes) == cudaSuccess &&
-      cudaMemcpy(idx, host_idx, sizeof(host_idx), cudaMemcpyHostToDevice) == cudaSuccess &&
-      cudaMemset(src, 0, vec_bytes) == cudaSuccess) {
-    int reps = 0;
-    us = graph_us(s, e0, e1, pol, min_reps, calls,
-                  [&](int) { round_trips_kernel<<<1, kRefThreads, 0, s>>>(idx, src, dst, hops); }, &reps,
-                  msg);
-  } else {
+  const RefBuffers buf;
+  if (!buf.ok) {
     *msg = "round trips: buffers not allocated";
+    return NAN;
   }
-  cudaFree(idx);
-  cudaFree(src);
-  cudaFree(dst);
-  return us;
+  int reps = 0;
+  return graph_us(s, e0, e1, pol, min_reps, calls, [&](int) { buf.launch(s, hops, kind); },
+                  &reps, msg);
+}
+
+double launch_host_us(cudaStream_t s, RefArgsKind kind, std::string* msg) {
+  const RefBuffers buf;
+  if (!buf.ok) {
+    *msg = "launch host time: buffers not allocated";
+    return NAN;
+  }
+  constexpr int kBatch = 64, kBatches = 21;  // a batch fits the launch queue: the host never waits
+  std::vector<double> t;
+  for (int r = 0; r <= kBatches; ++r) {
+    cudaStreamSynchronize(s);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kBatch; ++i) buf.launch(s, 1, kind);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (r > 0) t.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kBatch);
+  }
+  cudaStreamSynchronize(s);
+  return median(t);
 }
 
 double copy_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol, int min_reps,
