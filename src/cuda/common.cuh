@@ -27,23 +27,29 @@ struct DTensor {
   int64_t s0 = 0, s1 = 0, s2 = 0;
 };
 
-// Everything a kernel needs, passed by value (< 1 KB).
+// Everything a kernel needs, passed by value (1400 bytes), as kernel
+// parameters: the first read of each of the block's lines in a launch misses
+// the constant cache, and a warp waits for that miss before its next
+// instruction.  The fields a decode step reads before its row index's load
+// (sizes, pad index, index and state tensors, flags) come first, in as few
+// lines as they fit.
 struct Args {
   int W, S, act;            // width, state length, activation
+  int state_io;             // decode: how state rows are accessed (plan.hpp StateIo)
   int64_t B, T, D, N;       // x viewed [B, T, D]; packed: B == 1, T = total
   bool packed;
-  DTensor x, weight, bias, residual, cu, h0, h0_idx, y, ht, ht_idx;  // forward
-  DTensor dy, dht, dx, dweight, dbias, dh0;                          // backward
-  DTensor has_h0, ring;     // state addressing: [N] flags, [N] ring offsets
   int64_t pad_index;        // a state index meaning "no row", besides -1
+  DTensor h0_idx, ht_idx, h0, ht;  // state rows: [N] pool indices (absent: row n), pools
+  DTensor has_h0, ring;     // state addressing: [N] flags, [N] ring offsets
+  DTensor table;            // block tables: [N, M] pool rows (s0, s1 strides)
   DTensor accepted;         // serving: [N] num_accepted (speculative decoding)
+  DTensor x, weight, bias, residual, cu, y;                          // forward
+  DTensor dy, dht, dx, dweight, dbias, dh0;                          // backward
   DTensor parents;          // serving: [N, M] parent_tokens (tree drafts); s0, s1 strides
   int64_t parent_cols;      // M
-  DTensor table;            // block tables: [N, M] pool rows (s0, s1 strides)
   DTensor init_blk, final_blk, first_blk, computed;  // [N] each (prefix caching: the last two)
   int64_t table_cols;       // M
   int64_t block_size;       // > 0: prefix caching (snapshots at block boundaries)
-  int state_io;             // decode: how state rows are accessed (plan.hpp StateIo)
   DTensor sid;              // seq_idx [B, T] (n0 = B; s0, s1), absent: nullptr
   // tiling of the (batch, time) axis: a tile is tile_t consecutive tokens of
   // one batch row (dense), of the packed token axis, or of the B*T tokens
