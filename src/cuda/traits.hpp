@@ -131,6 +131,10 @@ struct TmTraits {
   // (H200: f+b -1% to -4% on the dense, long and packed shapes against 256).
   static constexpr int64_t kMaxTileTBwd = 512;
   static constexpr int64_t kMinWaves = 3;           // forward beyond one wave of kMaxTileT tiles: >= this many waves
+  // Widest window whose full-window forward issues its ring's first stages
+  // before the taps' loads on dense tiles (fwd_tm's prime; H100, 2026-12-06:
+  // W = 8 primed 216.7 -> 219.4 us, its instance spilling more).
+  static constexpr int kPrimeMaxWmax = 4;
   // Shortest tile taking the full-window backward instance.  (H200, 2026-12-04: 32, so that
   // the small 1x2048x2048 shape's 16-token tiles take the generic instance, made its f+b
   // 32.0 -> 33.9 us.)
