@@ -85,31 +85,6 @@ __global__ void round_trips_spread_kernel(const RefArgsSpread a) {
   a.dst[i * kRefThreads + threadIdx.x] = a.src[i * kRefThreads + threadIdx.x];
 }
 
-}  // namespace
-
-double empty_kernel_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
-                             int min_reps, int calls, std::string* msg) {
-  int reps = 0;
-  return graph_us(s, e0, e1, pol, min_reps, calls,
-                  [&](int) { empty_kernel<<<1, 1, 0, s>>>(); }, &reps, msg);
-}
-
-double empty_kernel_eager_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1) {
-  std::vector<double> t;
-  for (int i = 0; i < 51; ++i) {
-    cudaEventRecord(e0, s);
-    empty_kernel<<<1, 1, 0, s>>>();
-    cudaEventRecord(e1, s);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (i > 0) t.push_back(double(ms) * 1e3);  // the first is the warm-up
-  }
-  return median(t);
-}
-
-namespace {
-
 // The index chain's buffers (idx[i] = i + 1; src zeroed), freed on scope exit.
 struct RefBuffers {
   int64_t* idx = nullptr;
@@ -149,6 +124,27 @@ struct RefBuffers {
 };
 
 }  // namespace
+
+double empty_kernel_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
+                             int min_reps, int calls, std::string* msg) {
+  int reps = 0;
+  return graph_us(s, e0, e1, pol, min_reps, calls,
+                  [&](int) { empty_kernel<<<1, 1, 0, s>>>(); }, &reps, msg);
+}
+
+double empty_kernel_eager_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1) {
+  std::vector<double> t;
+  for (int i = 0; i < 51; ++i) {
+    cudaEventRecord(e0, s);
+    empty_kernel<<<1, 1, 0, s>>>();
+    cudaEventRecord(e1, s);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i > 0) t.push_back(double(ms) * 1e3);  // the first is the warm-up
+  }
+  return median(t);
+}
 
 double round_trips_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
                             int min_reps, int calls, int hops, RefArgsKind kind, std::string* msg) {
