@@ -392,14 +392,17 @@ def host_overhead(device, budget_s, W=4, dtype=torch.bfloat16):
                    for sh in ((B, T, D), (D, W), (D,), (B, T, D)))
     for t in (x, w, b):
         t.requires_grad_(True)
-    fb, fb_noop, fwd, fwd_noop = small_calls(x, w, b, dy).values()
+    c = small_calls(x, w, b, dy)
+
+    def both():
+        return dict(fwdbwd=paired(c["fb"], c["fb_noop"], device, budget_s),
+                    fwd=paired(c["fwd"], c["fwd_noop"], device, budget_s))
+
     out = {}
     if device == "cuda":
-        out["eager"] = dict(fwdbwd=paired(fb, fb_noop, device, budget_s),
-                            fwd=paired(fwd, fwd_noop, device, budget_s))
+        out["eager"] = both()
     with validation_only():
-        out["host path"] = dict(fwdbwd=paired(fb, fb_noop, device, budget_s),
-                                fwd=paired(fwd, fwd_noop, device, budget_s))
+        out["host path"] = both()
     return out
 
 
