@@ -55,9 +55,17 @@ constexpr int linear_min_blocks() {
 }
 
 // RAW: the taps as RawTaps (the plan's raw_taps: W = kVecWmax), else AccTaps.
-template <class T, int CH, bool RAW>
+// PLAIN (with RAW; the plan's plain_step): the engines' common call, one token
+// per sequence of a dense batch, rows by pool index (or by n), no ring
+// offsets, block tables, has_initial_state flags or accepted counts: those
+// branches and the token loop compile out.  A one-token step at batch 1 is
+// latency of one warp per scheduler, ~9 cycles per instruction (ncu, H100,
+// 2026-12-06: the generic instance issues ~450 instructions per warp where an
+// index-then-load kernel issues ~40), so its time follows its instruction count.
+template <class T, int CH, bool RAW, bool PLAIN>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, RAW>()))
     fwd_decode_linear(const Args a) {
+  static_assert(RAW || !PLAIN, "the plain step takes raw taps");
   using A = acc_t<T>;
   using P = Pack<T, CH>;
   constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1;
@@ -66,9 +74,11 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   if (n >= a.N || d0 >= a.D) return;
   const int W = a.W;
   const int kpad = RAW ? 0 : WMAX - W;  // taps below kpad are padding, never multiplied
-  const Seq q = seq_of(a, n);
-  const int64_t in = h0_row_of(a, n), out = ht_row_of(a, n);
-  const bool spec = a.accepted.p != nullptr;
+  // (PLAIN: q.L is the constant 1, and a row is state_row's without flags or tables)
+  const Seq q = PLAIN ? Seq{n, 0, 1, 0, false} : seq_of(a, n);
+  const int64_t in = PLAIN ? state_row(a, a.h0, a.h0_idx, n) : h0_row_of(a, n);
+  const int64_t out = PLAIN ? state_row(a, a.ht, a.ht_idx, n) : ht_row_of(a, n);
+  const bool spec = !PLAIN && a.accepted.p != nullptr;
   const int64_t s = spec ? W - 1 : a.S;
   int64_t base = 0;  // the h0 entry of u[0]: a_n - 1, clamped so the window lies in the row
   if (spec && in >= 0) {
@@ -371,14 +381,18 @@ cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a
         return l->no_instance("decode, rows in registers");
       }
       if (pl.ch == kWide) {
+        if (pl.plain_step)
+          return l->main("fwd_decode_linear(channel rows, plain step)", fwd_decode_linear<T, kWide, true, true>, pl, a);
         if (pl.raw_taps)
-          return l->main("fwd_decode_linear(channel rows, raw taps)", fwd_decode_linear<T, kWide, true>, pl, a);
-        return l->main("fwd_decode_linear(channel rows)", fwd_decode_linear<T, kWide, false>, pl, a);
+          return l->main("fwd_decode_linear(channel rows, raw taps)", fwd_decode_linear<T, kWide, true, false>, pl, a);
+        return l->main("fwd_decode_linear(channel rows)", fwd_decode_linear<T, kWide, false, false>, pl, a);
       }
       if (pl.ch == kNarrow) {
+        if (pl.plain_step)
+          return l->main("fwd_decode_linear(narrow, channel rows, plain step)", fwd_decode_linear<T, kNarrow, true, true>, pl, a);
         if (pl.raw_taps)
-          return l->main("fwd_decode_linear(narrow, channel rows, raw taps)", fwd_decode_linear<T, kNarrow, true>, pl, a);
-        return l->main("fwd_decode_linear(narrow, channel rows)", fwd_decode_linear<T, kNarrow, false>, pl, a);
+          return l->main("fwd_decode_linear(narrow, channel rows, raw taps)", fwd_decode_linear<T, kNarrow, true, false>, pl, a);
+        return l->main("fwd_decode_linear(narrow, channel rows)", fwd_decode_linear<T, kNarrow, false, false>, pl, a);
       }
       return l->no_instance("decode on channel rows");
     }

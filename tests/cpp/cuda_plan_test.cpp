@@ -624,6 +624,48 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
   }
 }
 
+// The plain step (fwd_decode_linear's PLAIN instance): vLLM rows with raw
+// taps, one token per sequence of a dense batch, none of the ring offsets,
+// block tables, has_initial_state flags, accepted counts or parents; every
+// other step keeps the generic instance.
+TEST(CudaPlan, PlainDecodeStep) {
+  alignas(64) static char params[64];
+  auto step = [&](int64_t B, int64_t T, bool vllm, sc_dtype param = SC_BF16) {
+    Problem q = decode_step(B, T, 8192, 1024, 4, 3, SC_BF16, vllm);
+    q.param_dtype = param;
+    q.weight.present = true;
+    q.weight.data = params;
+    q.weight.dtype = param;
+    q.weight.shape[0] = 8192;
+    q.weight.shape[1] = 4;
+    q.weight.stride[0] = 4;
+    q.weight.stride[1] = 1;
+    return q;
+  };
+  for (int64_t B : {1, 8, 64, 256}) {
+    const Plan pl = plan_for(step(B, 1, true), Path::decode, 132);
+    EXPECT_TRUE(pl.plain_step) << "batch " << B;
+    EXPECT_TRUE(pl.raw_taps);
+    EXPECT_EQ(pl.row_regs, 0);
+    EXPECT_FALSE(plan_for(step(B, 2, true), Path::decode, 132).plain_step) << "two tokens";
+    EXPECT_FALSE(plan_for(step(B, 1, false), Path::decode, 132).plain_step) << "[P, D, S] rows";
+    EXPECT_FALSE(plan_for(step(B, 1, true, SC_F32), Path::decode, 132).plain_step) << "no raw taps";
+    for (int extra = 0; extra < 6; ++extra) {
+      Problem q = step(B, 1, true);
+      const char* what = "";
+      switch (extra) {
+        case 0: q.has_h0.present = true; what = "has_initial_state"; break;
+        case 1: q.ring.present = true; what = "ring offsets"; break;
+        case 2: q.table.present = true; what = "block tables"; break;
+        case 3: q.accepted.present = true; what = "accepted counts"; break;
+        case 4: q.parents.present = true; what = "parents"; break;
+        default: q.packed = true; what = "packed"; break;
+      }
+      EXPECT_FALSE(plan_for(q, Path::decode, 132).plain_step) << what << ", batch " << B;
+    }
+  }
+}
+
 TEST(CudaPlan, DecodeEligibility) {
   const int64_t most = DecodeTraits::kMaxTokens;
   Problem p = decode_step(8, most, 1024, 64, 4, 3, SC_BF16, false);

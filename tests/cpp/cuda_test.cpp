@@ -431,9 +431,10 @@ TEST(Cuda, DecodeWideSteps) {
 // speculative steps of 1+K tokens on rows of (W-1) + K entries, K = 1..4
 // (and the staged instance: a packed step of 0-4 tokens on rows of K = 3,
 // and K = 5).  Each
-// also without a bias with a residual and the identity, and with
-// has_initial_state flags and separate read and write rows; against the
-// oracle, the rows bitwise.  Then the same forms at batch 8, D = 1024, which
+// also without a bias with a residual and the identity, with separate read
+// and write rows, with and without has_initial_state flags (the one-token
+// vLLM forms without flags take the plain instance); against the oracle, the
+// rows bitwise.  Then the same forms at batch 8, D = 1024, which
 // the narrow instances take (4 bytes of x per thread; [P, D, S] rows held in
 // registers as 4-byte words).
 TEST(Cuda, DecodeWideForms) {
@@ -463,6 +464,7 @@ TEST(Cuda, DecodeWideForms) {
         {"raw taps, bf16", SC_BF16, SC_BF16, 4, 3, 1},
         {"raw taps, fp16", SC_F16, SC_F16, 4, 3, 1},
         {"raw taps, fp32", SC_F32, SC_F32, 4, 3, 1},
+        {"raw taps, rows of 7 entries", SC_BF16, SC_BF16, 4, 7, 1},
         {"raw taps, 1+3 tokens", SC_BF16, SC_BF16, 4, 5, 4},
         {"fp32 weights", SC_BF16, SC_F32, 4, 3, 1},
         {"W = 3", SC_BF16, SC_BF16, 3, 2, 1},
@@ -487,7 +489,7 @@ TEST(Cuda, DecodeWideForms) {
         {"[P, D, S] rows, S = 8 (staged), speculative", SC_BF16, SC_BF16, 4, 8, 6, false, true},
     };
     for (const Form& f : forms)
-      for (int variant = 0; variant < 3; ++variant) {
+      for (int variant = 0; variant < 4; ++variant) {
         Case c = decode_case(f.W, B, f.T > 0 ? f.T : 1, D, f.S, P, f.vllm, P + 3);
         c.act_dtype = c.state_dtype = f.dt;
         c.param_dtype = f.param;
@@ -503,8 +505,9 @@ TEST(Cuda, DecodeWideForms) {
           c.bias = false;
           c.residual = true;
           c.act = SC_ACT_NONE;
-        } else if (variant == 2) {  // flags, and rows written elsewhere than read
-          for (int64_t n = 0; n < c.num_seqs(); ++n) c.has_h0.push_back(n % 3 != 0);
+        } else if (variant >= 2) {  // rows written elsewhere than read; 2: with flags
+          if (variant == 2)
+            for (int64_t n = 0; n < c.num_seqs(); ++n) c.has_h0.push_back(n % 3 != 0);
           c.in_place = false;
           for (auto& r : c.ht_index)
             if (r >= 0 && r != c.pad_index) r = (r + 1) % P;
