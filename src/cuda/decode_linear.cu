@@ -2,7 +2,8 @@
 // registers: one launch per decode step (Path::decode), chosen by
 // launch_decode (decode.cu) for vLLM's channel-contiguous rows
 // (StateIo::channel_vec, fwd_decode_linear: narrow and wide, one token or
-// speculative) and for [P, D, S] rows of S = W-1 or W, or speculative 1+K
+// speculative; fwd_decode_plain: the engines' common one-token step on them)
+// and for [P, D, S] rows of S = W-1 or W, or speculative 1+K
 // tokens on rows of (W-1) + K (fwd_decode_linear_rows, with raw taps: wide,
 // and narrow since 2026-12-05: H100, bf16, batch 1-8, 3.3-5.3 -> 2.5-4.1 us,
 // bench/RESULTS.md).
@@ -54,18 +55,25 @@ constexpr int linear_min_blocks() {
   return sizeof(T) == 2 ? DecodeTraits::kMinBlocksWide16 : DecodeTraits::kMinBlocksWide32;
 }
 
+// acc[c] = bias + sum_k tap k * win[k] + tap H * x, channel by channel: the
+// bias, then the taps oldest -> newest, the order of every path.
+template <class T, int CH, int H, class Taps>
+__device__ __forceinline__ void linear_sum(const Taps& taps, const Pack<T, CH> (&win)[H],
+                                           const Pack<T, CH>& xv, int kpad, acc_t<T> (&acc)[CH]) {
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    acc[c] = taps.bias(c);
+#pragma unroll
+    for (int k = 0; k < H; ++k)
+      if (k >= kpad) acc[c] = fma(taps.tap(k, c), win[k].get(c), acc[c]);
+    acc[c] = fma(taps.tap(H, c), xv.get(c), acc[c]);
+  }
+}
+
 // RAW: the taps as RawTaps (the plan's raw_taps: W = kVecWmax), else AccTaps.
-// PLAIN (with RAW; the plan's plain_step): the engines' common call, one token
-// per sequence of a dense batch, rows by pool index (or by n), no ring
-// offsets, block tables, has_initial_state flags or accepted counts: those
-// branches and the token loop compile out.  A one-token step at batch 1 is
-// latency of one warp per scheduler, ~9 cycles per instruction (ncu, H100,
-// 2026-12-06: the generic instance issues ~450 instructions per warp where an
-// index-then-load kernel issues ~40), so its time follows its instruction count.
-template <class T, int CH, bool RAW, bool PLAIN>
+template <class T, int CH, bool RAW>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, RAW>()))
     fwd_decode_linear(const Args a) {
-  static_assert(RAW || !PLAIN, "the plain step takes raw taps");
   using A = acc_t<T>;
   using P = Pack<T, CH>;
   constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1;
@@ -74,11 +82,9 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   if (n >= a.N || d0 >= a.D) return;
   const int W = a.W;
   const int kpad = RAW ? 0 : WMAX - W;  // taps below kpad are padding, never multiplied
-  // (PLAIN: q.L is the constant 1, and a row is state_row's without flags or tables)
-  const Seq q = PLAIN ? Seq{n, 0, 1, 0, false} : seq_of(a, n);
-  const int64_t in = PLAIN ? state_row(a, a.h0, a.h0_idx, n) : h0_row_of(a, n);
-  const int64_t out = PLAIN ? state_row(a, a.ht, a.ht_idx, n) : ht_row_of(a, n);
-  const bool spec = !PLAIN && a.accepted.p != nullptr;
+  const Seq q = seq_of(a, n);
+  const int64_t in = h0_row_of(a, n), out = ht_row_of(a, n);
+  const bool spec = a.accepted.p != nullptr;
   const int64_t s = spec ? W - 1 : a.S;
   int64_t base = 0;  // the h0 entry of u[0]: a_n - 1, clamped so the window lies in the row
   if (spec && in >= 0) {
@@ -126,20 +132,70 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
     if (t + 1 < q.L) xn = ldp<T, CH>(xp + (t + 1) * sx);  // in flight during this token's stores
     taps.per_token();
     A acc[CH];
-#pragma unroll
-    for (int c = 0; c < CH; ++c) {
-      acc[c] = taps.bias(c);  // bias, then taps oldest -> newest: the order of every path
-#pragma unroll
-      for (int k = 0; k < H; ++k)
-        if (k >= kpad) acc[c] = fma(taps.tap(k, c), win[k].get(c), acc[c]);
-      acc[c] = fma(taps.tap(H, c), xv.get(c), acc[c]);
-    }
+    linear_sum<T, CH, H>(taps, win, xv, kpad, acc);
 #pragma unroll
     for (int i = 0; i + 1 < H; ++i) win[i] = win[i + 1];
     win[H - 1] = xv;
     decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc);
     if (ht && s + t >= from) stp<T, CH>(ht + (s + t - from) * so, xv);
   }
+}
+
+// The engines' common call (the plan's plain_step): one token per sequence
+// of a dense batch on vLLM rows, raw taps (W = kVecWmax), rows by pool index
+// or by n; no ring offsets, block tables, has_initial_state flags or accepted
+// counts.  fwd_decode_linear's math with L = 1 and s = S:
+//   y = act(bias + sum_{k<H} tap k * row[S - H + k] + tap H * x) + residual,
+//   row'[j] = row[j + 1] (j < S - 1), row'[S - 1] = x.
+// At batch 1-64 a step is one warp per scheduler, so its time is its latency
+// path (ncu, H100, 2026-12-06: fwd_decode_linear issues ~450 instructions
+// per warp at ~9 cycles each; an index-then-load kernel ~40).  Here every
+// load that does not wait on a row index (both indices, x, the taps, the
+// bias, the residual) is issued first, without branches between them, and
+// the row's entries are the one load after the index: two round trips, the
+// least a step that reads its row index on the device can take.  Without
+// the options' branches and the token loop: 560 instructions of SASS against
+// fwd_decode_linear's 1264 (bf16, narrow, raw taps).
+template <class T, int CH>
+__global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, true>()))
+    fwd_decode_plain(const Args a) {
+  using A = acc_t<T>;
+  using P = Pack<T, CH>;
+  constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1;
+  const int64_t n = blockIdx.x;
+  const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
+  if (n >= a.N || d0 >= a.D) return;
+  // the first round trip: the indices as loaded, then what does not depend on them
+  const int64_t ri = a.h0.p && a.h0_idx.p ? ld_index(a.h0_idx, n) : n;
+  const int64_t ro = a.ht.p && a.ht_idx.p ? ld_index(a.ht_idx, n) : n;
+  const P xv = ldp<T, CH>(static_cast<const T*>(a.x.p) + n * a.x.s0 + d0 * a.x.s2);
+  RawTaps<T, WMAX, CH> taps;
+  taps.load(a, d0);
+  const P rv = decode_residual<T, CH>(a, n, 0, d0);
+  // the second: the row's entries, u[1 .. S) of u = row ++ x
+  const int64_t in = state_row_checked(a, a.h0, a.h0_idx, ri);
+  const int64_t out = state_row_checked(a, a.ht, a.ht_idx, ro);
+  const int64_t S = a.S, sh = a.h0.s2, so = a.ht.s2;  // (S >= H: the plan's)
+  const T* h0 = in >= 0 ? static_cast<const T*>(a.h0.p) + in * a.h0.s0 + d0 : nullptr;
+  T* ht = out >= 0 ? static_cast<T*>(a.ht.p) + out * a.ht.s0 + d0 : nullptr;
+  P win[H];  // win[i] = row[S - H + i] (zeros: no initial state)
+#pragma unroll
+  for (int i = 0; i < H; ++i) win[i] = h0 ? ldp<T, CH>(h0 + (S - H + i) * sh) : P::zero();
+  if (ht) {
+    // rows longer than H (speculative pools stepped one token): entries older
+    // than the window move one place down, each loaded before its store (not
+    // unrolled: a rare form, kept out of the common step's code)
+#pragma unroll 1
+    for (int64_t j = 1; j < S - H; ++j) stp<T, CH>(ht + (j - 1) * so, h0 ? ldp<T, CH>(h0 + j * sh) : P::zero());
+#pragma unroll
+    for (int i = 0; i < H; ++i)
+      if (S - H + i >= 1) stp<T, CH>(ht + (S - H + i - 1) * so, win[i]);
+  }
+  const RuntimeAct<MathOf<T>> act{a.act};
+  A acc[CH];
+  linear_sum<T, CH, H>(taps, win, xv, 0, acc);
+  decode_store_y<T, CH>(a, act, n, 0, d0, acc, rv);
+  if (ht) stp<T, CH>(ht + (S - 1) * so, xv);
 }
 
 // [P, D, S] rows (StateIo::row_vec) with S = S_ (W - 1 or W, W = kVecWmax): a
@@ -382,17 +438,17 @@ cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a
       }
       if (pl.ch == kWide) {
         if (pl.plain_step)
-          return l->main("fwd_decode_linear(channel rows, plain step)", fwd_decode_linear<T, kWide, true, true>, pl, a);
+          return l->main("fwd_decode_plain", fwd_decode_plain<T, kWide>, pl, a);
         if (pl.raw_taps)
-          return l->main("fwd_decode_linear(channel rows, raw taps)", fwd_decode_linear<T, kWide, true, false>, pl, a);
-        return l->main("fwd_decode_linear(channel rows)", fwd_decode_linear<T, kWide, false, false>, pl, a);
+          return l->main("fwd_decode_linear(channel rows, raw taps)", fwd_decode_linear<T, kWide, true>, pl, a);
+        return l->main("fwd_decode_linear(channel rows)", fwd_decode_linear<T, kWide, false>, pl, a);
       }
       if (pl.ch == kNarrow) {
         if (pl.plain_step)
-          return l->main("fwd_decode_linear(narrow, channel rows, plain step)", fwd_decode_linear<T, kNarrow, true, true>, pl, a);
+          return l->main("fwd_decode_plain(narrow)", fwd_decode_plain<T, kNarrow>, pl, a);
         if (pl.raw_taps)
-          return l->main("fwd_decode_linear(narrow, channel rows, raw taps)", fwd_decode_linear<T, kNarrow, true, false>, pl, a);
-        return l->main("fwd_decode_linear(narrow, channel rows)", fwd_decode_linear<T, kNarrow, false, false>, pl, a);
+          return l->main("fwd_decode_linear(narrow, channel rows, raw taps)", fwd_decode_linear<T, kNarrow, true>, pl, a);
+        return l->main("fwd_decode_linear(narrow, channel rows)", fwd_decode_linear<T, kNarrow, false>, pl, a);
       }
       return l->no_instance("decode on channel rows");
     }

@@ -65,7 +65,7 @@ struct Plan {
                             // x's dtype, 16-byte aligned)
   bool plain_step = false;  // decode on vLLM rows with raw taps: one token per sequence of a dense
                             // batch, no ring offsets, block tables, flags or accepted counts
-                            // (fwd_decode_linear's PLAIN instance)
+                            // (fwd_decode_plain)
   int row_regs = 0;         // decode on [P, D, S] rows: S (W-1 or W; speculative (W-1) + K), the
                             // row's entries held in registers (a linear step with raw taps,
                             // wide or narrow instance); 0: staged

@@ -624,7 +624,7 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
   }
 }
 
-// The plain step (fwd_decode_linear's PLAIN instance): vLLM rows with raw
+// The plain step (fwd_decode_plain): vLLM rows with raw
 // taps, one token per sequence of a dense batch, none of the ring offsets,
 // block tables, has_initial_state flags, accepted counts or parents; every
 // other step keeps the generic instance.
