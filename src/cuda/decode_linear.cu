@@ -289,7 +289,13 @@ constexpr int rows_min_blocks() {
 // The planner sends it dense steps of exactly 1+K tokens (every row rewritten
 // whole: spec_rows_in_registers), the forms verified on the GPU; packed and
 // shorter steps, which keep entries of their rows, take the staged instance.
-template <class T, int CH, int S_, bool SPEC>
+//
+// PLAIN (not SPEC; the plan's plain_step): the engines' common call, as
+// fwd_decode_plain on vLLM rows: one token per sequence of a dense batch, no
+// ring offsets, tables, flags or accepted counts, and every load that does
+// not wait on a row index (both indices, x, taps, bias, residual) issued
+// before the first index is compared.
+template <class T, int CH, int S_, bool SPEC, bool PLAIN>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH, S_, SPEC>()))
     fwd_decode_linear_rows(const Args a) {
   using A = acc_t<T>;
@@ -298,18 +304,33 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
   constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1;
   static_assert(S_ >= H, "the row holds the window");
   static_assert(!SPEC || S_ > H, "a speculative row holds drafts");
+  static_assert(!(SPEC && PLAIN), "the plain step is one token without accepted counts");
   constexpr int LT = SPEC ? S_ - H + 1 : 0;  // speculative: tokens placed at compile-time entries
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
-  const Seq q = seq_of(a, n);
-  const int64_t in = h0_row_of(a, n), out = ht_row_of(a, n);
+  const Seq q = PLAIN ? Seq{n, 0, 1, 0, false} : seq_of(a, n);
+  const int64_t sx = a.x.s1;
+  const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * sx + d0 * a.x.s2;
+  RawTaps<T, WMAX, CH> taps;
+  P x0 = P::zero(), rv0 = P::zero();  // PLAIN: the token's x and residual, loaded first
+  int64_t in, out;
+  if constexpr (PLAIN) {
+    const int64_t ri = a.h0.p && a.h0_idx.p ? ld_index(a.h0_idx, n) : n;
+    const int64_t ro = a.ht.p && a.ht_idx.p ? ld_index(a.ht_idx, n) : n;
+    x0 = ldp<T, CH>(xp);
+    taps.load(a, d0);
+    rv0 = decode_residual<T, CH>(a, n, 0, d0);
+    in = state_row_checked(a, a.h0, a.h0_idx, ri);
+    out = state_row_checked(a, a.ht, a.ht_idx, ro);
+  } else {
+    in = h0_row_of(a, n);
+    out = ht_row_of(a, n);
+  }
   // the thread's blocks: row `in` of h0 and row `out` of ht at channel d0 (CH * S adjacent)
   using Vec = Pack<T, B::kPer>;
   const Vec* h0 = in >= 0 ? reinterpret_cast<const Vec*>(static_cast<const T*>(a.h0.p) + in * a.h0.s0 + d0 * S_)
                           : nullptr;
-  const int64_t sx = a.x.s1;
-  const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * sx + d0 * a.x.s2;
   int base = 0;  // speculative: the row entry of the window's oldest, a_n - 1 clamped into the row
   if (SPEC && in >= 0) {
     const int64_t v = ld_index(a.accepted, n);
@@ -318,22 +339,16 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
   B blk;
 #pragma unroll
   for (int i = 0; i < B::kVecs; ++i) blk.v[i] = h0 ? ldp<T, B::kPer>(reinterpret_cast<const T*>(h0 + i)) : Vec::zero();
-  RawTaps<T, WMAX, CH> taps;
-  taps.load(a, d0);
+  if constexpr (!PLAIN) taps.load(a, d0);
   const RuntimeAct<MathOf<T>> act{a.act};
   P row[S_];  // one token: row[j] = u[L' + j] after L' tokens; speculative: the new row
   blk.to_packs(row);
   auto token = [&](const P& xv, const P (&win)[H], int64_t t) {
     taps.per_token();
     A acc[CH];
-#pragma unroll
-    for (int c = 0; c < CH; ++c) {
-      acc[c] = taps.bias(c);  // bias, then taps oldest -> newest: the order of every path
-#pragma unroll
-      for (int k = 0; k < H; ++k) acc[c] = fma(taps.tap(k, c), win[k].get(c), acc[c]);
-      acc[c] = fma(taps.tap(H, c), xv.get(c), acc[c]);
-    }
-    decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc);
+    linear_sum<T, CH, H>(taps, win, xv, 0, acc);
+    if constexpr (PLAIN) decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc, rv0);
+    else decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc);
   };
   int64_t t = 0;
   if constexpr (SPEC) {
@@ -361,7 +376,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
     t = LT;
   }
   for (; t < q.L; ++t) {  // one token: every token; speculative: those past LT (row[] full)
-    const P xv = ldp<T, CH>(xp + t * sx);
+    const P xv = PLAIN ? x0 : ldp<T, CH>(xp + t * sx);
     P win[H];
 #pragma unroll
     for (int k = 0; k < H; ++k) win[k] = row[S_ - H + k];
@@ -406,17 +421,23 @@ cudaError_t launch_rows_in_registers(const Problem& p, const Plan& pl, const Arg
   if (p.accepted) {  // S = (W-1) + K, K = 1 .. kSpecRowsMaxDrafts
     static_assert(DecodeTraits::kSpecRowsMaxDrafts == 4, "one instance per draft count below");
     switch (pl.row_regs - H) {
-      case 1: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 1)" : "fwd_decode_linear_rows(narrow, speculative, K = 1)", fwd_decode_linear_rows<T, CH, H + 1, true>, pl, a);
-      case 2: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 2)" : "fwd_decode_linear_rows(narrow, speculative, K = 2)", fwd_decode_linear_rows<T, CH, H + 2, true>, pl, a);
-      case 3: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 3)" : "fwd_decode_linear_rows(narrow, speculative, K = 3)", fwd_decode_linear_rows<T, CH, H + 3, true>, pl, a);
-      case 4: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 4)" : "fwd_decode_linear_rows(narrow, speculative, K = 4)", fwd_decode_linear_rows<T, CH, H + 4, true>, pl, a);
+      case 1: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 1)" : "fwd_decode_linear_rows(narrow, speculative, K = 1)", fwd_decode_linear_rows<T, CH, H + 1, true, false>, pl, a);
+      case 2: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 2)" : "fwd_decode_linear_rows(narrow, speculative, K = 2)", fwd_decode_linear_rows<T, CH, H + 2, true, false>, pl, a);
+      case 3: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 3)" : "fwd_decode_linear_rows(narrow, speculative, K = 3)", fwd_decode_linear_rows<T, CH, H + 3, true, false>, pl, a);
+      case 4: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 4)" : "fwd_decode_linear_rows(narrow, speculative, K = 4)", fwd_decode_linear_rows<T, CH, H + 4, true, false>, pl, a);
       default: return l->no_instance("decode, speculative rows in registers (S - (W-1) in 1..4)");
     }
   }
+  if (pl.plain_step) {
+    if (pl.row_regs == H)
+      return l->main(kWide ? "fwd_decode_linear_rows(plain, S = W-1)" : "fwd_decode_linear_rows(narrow, plain, S = W-1)", fwd_decode_linear_rows<T, CH, H, false, true>, pl, a);
+    if (pl.row_regs == H + 1)
+      return l->main(kWide ? "fwd_decode_linear_rows(plain, S = W)" : "fwd_decode_linear_rows(narrow, plain, S = W)", fwd_decode_linear_rows<T, CH, H + 1, false, true>, pl, a);
+  }
   if (pl.row_regs == H)
-    return l->main(kWide ? "fwd_decode_linear_rows(S = W-1)" : "fwd_decode_linear_rows(narrow, S = W-1)", fwd_decode_linear_rows<T, CH, H, false>, pl, a);
+    return l->main(kWide ? "fwd_decode_linear_rows(S = W-1)" : "fwd_decode_linear_rows(narrow, S = W-1)", fwd_decode_linear_rows<T, CH, H, false, false>, pl, a);
   if (pl.row_regs == H + 1)
-    return l->main(kWide ? "fwd_decode_linear_rows(S = W)" : "fwd_decode_linear_rows(narrow, S = W)", fwd_decode_linear_rows<T, CH, H + 1, false>, pl, a);
+    return l->main(kWide ? "fwd_decode_linear_rows(S = W)" : "fwd_decode_linear_rows(narrow, S = W)", fwd_decode_linear_rows<T, CH, H + 1, false, false>, pl, a);
   return l->no_instance("decode, rows in registers");
 }
 

@@ -249,7 +249,7 @@ void plan_decode(const Problem& p, int sms, Plan* pl) {
   if (pl->state_io == StateIo::row_vec && !p.parents &&
       decode_raw_taps(p) && (p.accepted ? spec_rows_in_registers(p) : (p.S == W - 1 || p.S == W)))
     pl->row_regs = p.S;
-  pl->plain_step = pl->raw_taps && pl->row_regs == 0 && !p.packed && p.T == 1 && !p.ring &&
+  pl->plain_step = (pl->raw_taps || pl->row_regs > 0) && !p.packed && p.T == 1 && !p.ring &&
                    !p.table && !p.has_h0 && !p.accepted && !p.parents && !p.seq_idx;
   pl->block_x = DecodeTraits::kThreads;
   pl->grid_x = p.N;

@@ -63,9 +63,10 @@ struct Plan {
   bool raw_taps = false;    // decode on vLLM rows (decode_linear.cu): taps kept as the weight's
                             // words (weight [D, kVecWmax] contiguous, bias [D] or none, of
                             // x's dtype, 16-byte aligned)
-  bool plain_step = false;  // decode on vLLM rows with raw taps: one token per sequence of a dense
-                            // batch, no ring offsets, block tables, flags or accepted counts
-                            // (fwd_decode_plain)
+  bool plain_step = false;  // decode with raw taps on vLLM rows, or on [P, D, S] rows in registers:
+                            // one token per sequence of a dense batch, no ring offsets, block
+                            // tables, flags or accepted counts (fwd_decode_plain; the rows
+                            // kernel's PLAIN instance)
   int row_regs = 0;         // decode on [P, D, S] rows: S (W-1 or W; speculative (W-1) + K), the
                             // row's entries held in registers (a linear step with raw taps,
                             // wide or narrow instance); 0: staged

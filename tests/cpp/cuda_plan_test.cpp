@@ -624,10 +624,11 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
   }
 }
 
-// The plain step (fwd_decode_plain): vLLM rows with raw
-// taps, one token per sequence of a dense batch, none of the ring offsets,
-// block tables, has_initial_state flags, accepted counts or parents; every
-// other step keeps the generic instance.
+// The plain step (fwd_decode_plain; fwd_decode_linear_rows' PLAIN instance
+// on [P, D, S] rows of W-1 or W entries): raw taps, one token per sequence of
+// a dense batch, none of the ring offsets, block tables, has_initial_state
+// flags, accepted counts or parents; every other step keeps the generic
+// instance.
 TEST(CudaPlan, PlainDecodeStep) {
   alignas(64) static char params[64];
   auto step = [&](int64_t B, int64_t T, bool vllm, sc_dtype param = SC_BF16) {
@@ -648,12 +649,14 @@ TEST(CudaPlan, PlainDecodeStep) {
     EXPECT_TRUE(pl.raw_taps);
     EXPECT_EQ(pl.row_regs, 0);
     EXPECT_FALSE(plan_for(step(B, 2, true), Path::decode, 132).plain_step) << "two tokens";
-    EXPECT_FALSE(plan_for(step(B, 1, false), Path::decode, 132).plain_step) << "[P, D, S] rows";
+    const Plan rows = plan_for(step(B, 1, false), Path::decode, 132);
+    EXPECT_TRUE(rows.plain_step) << "[P, D, S] rows of W-1 entries";
+    EXPECT_EQ(rows.row_regs, 3);
     EXPECT_FALSE(plan_for(step(B, 1, true, SC_F32), Path::decode, 132).plain_step) << "no raw taps";
-    for (int extra = 0; extra < 6; ++extra) {
-      Problem q = step(B, 1, true);
+    for (int extra = 0; extra < 12; ++extra) {
+      Problem q = step(B, 1, extra < 6);  // vLLM rows, then [P, D, S] rows
       const char* what = "";
-      switch (extra) {
+      switch (extra % 6) {
         case 0: q.has_h0.present = true; what = "has_initial_state"; break;
         case 1: q.ring.present = true; what = "ring offsets"; break;
         case 2: q.table.present = true; what = "block tables"; break;
@@ -661,7 +664,8 @@ TEST(CudaPlan, PlainDecodeStep) {
         case 4: q.parents.present = true; what = "parents"; break;
         default: q.packed = true; what = "packed"; break;
       }
-      EXPECT_FALSE(plan_for(q, Path::decode, 132).plain_step) << what << ", batch " << B;
+      EXPECT_FALSE(plan_for(q, Path::decode, 132).plain_step)
+          << what << ", batch " << B << (extra < 6 ? ", vLLM rows" : ", [P, D, S] rows");
     }
   }
 }
