@@ -396,7 +396,9 @@ __device__ __forceinline__ int64_t state_row_checked(const Args& a, const DTenso
 }
 __device__ __forceinline__ int64_t state_row(const Args& a, const DTensor& st_, const DTensor& idx,
                                              int64_t n) {
-  return state_row_checked(a, st_, idx, st_.p && idx.p ? ld_index(idx, n) : n);
+  if (!st_.p) return -1;
+  if (!idx.p) return n < st_.n0 ? n : -1;
+  return state_row_checked(a, st_, idx, ld_index(idx, n));
 }
 // Pool row block_table[n, blk[n] + add] of `pool` (-1: none, the pad index,
 // or a block index or table entry out of range: the kernels clamp, section 7).
