@@ -386,19 +386,20 @@ __device__ __forceinline__ int64_t sid_at(const Args& a, int64_t b, int64_t t) {
 // Pool row of sequence n in a state tensor with optional indices; -1 = none
 // (-1, the pad index, or out of range: the kernels clamp what the host did
 // not check).
-// state_row_checked: the same for an index value r already loaded (r = n
-// without an index tensor), so that a kernel can issue its loads first.
-__device__ __forceinline__ int64_t state_row_checked(const Args& a, const DTensor& st_,
-                                                     const DTensor& idx, int64_t r) {
-  if (!st_.p) return -1;
-  if (!idx.p) return r < st_.n0 ? r : -1;  // (the pad index applies to index tensors only)
-  return (r < 0 || r >= st_.n0 || r == a.pad_index) ? -1 : r;
-}
 __device__ __forceinline__ int64_t state_row(const Args& a, const DTensor& st_, const DTensor& idx,
                                              int64_t n) {
   if (!st_.p) return -1;
-  if (!idx.p) return n < st_.n0 ? n : -1;
-  return state_row_checked(a, st_, idx, ld_index(idx, n));
+  if (!idx.p) return n < st_.n0 ? n : -1;  // (the pad index applies to index tensors only)
+  const int64_t r = ld_index(idx, n);
+  return (r < 0 || r >= st_.n0 || r == a.pad_index) ? -1 : r;
+}
+// state_row for an index value r already loaded (r = n without an index
+// tensor): a kernel that issues its loads first (fwd_decode_plain).
+__device__ __forceinline__ int64_t state_row_checked(const Args& a, const DTensor& st_,
+                                                     const DTensor& idx, int64_t r) {
+  if (!st_.p) return -1;
+  if (!idx.p) return r < st_.n0 ? r : -1;
+  return (r < 0 || r >= st_.n0 || r == a.pad_index) ? -1 : r;
 }
 // Pool row block_table[n, blk[n] + add] of `pool` (-1: none, the pad index,
 // or a block index or table entry out of range: the kernels clamp, section 7).

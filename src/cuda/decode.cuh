@@ -119,11 +119,24 @@ __device__ __forceinline__ void decode_store_y(const Args& a, const Act& act, in
   }
   stp<T, CH>(static_cast<T*>(a.y.p) + b * a.y.s0 + tok * a.y.s1 + d0 * a.y.s2, Pack<T, CH>::make(o));
 }
+// The same, loading the residual itself (after the sums).
 template <class T, int CH, class Act>
 __device__ __forceinline__ void decode_store_y(const Args& a, const Act& act, int64_t b, int64_t tok,
                                                int64_t d0, const acc_t<T> (&acc)[CH]) {
+  using A = acc_t<T>;
+  using P = Pack<T, CH>;
   if (!a.y.p) return;
-  decode_store_y<T, CH>(a, act, b, tok, d0, acc, decode_residual<T, CH>(a, b, tok, d0));
+  A o[CH];
+  P rv = P::zero();
+  if (a.residual.p)
+    rv = ldp<T, CH>(static_cast<const T*>(a.residual.p) + b * a.residual.s0 + tok * a.residual.s1 +
+                    d0 * a.residual.s2);
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    o[c] = act.value(acc[c]);
+    if (a.residual.p) o[c] += rv.get(c);
+  }
+  stp<T, CH>(static_cast<T*>(a.y.p) + b * a.y.s0 + tok * a.y.s1 + d0 * a.y.s2, P::make(o));
 }
 
 }  // namespace shortconv::cuda

@@ -148,14 +148,17 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
 //   y = act(bias + sum_{k<H} tap k * row[S - H + k] + tap H * x) + residual,
 //   row'[j] = row[j + 1] (j < S - 1), row'[S - 1] = x.
 // At batch 1-64 a step is one warp per scheduler, so its time is its latency
-// path (ncu, H100, 2026-12-06: fwd_decode_linear issues ~450 instructions
-// per warp at ~9 cycles each; an index-then-load kernel ~40).  Here every
-// load that does not wait on a row index (both indices, x, the taps, the
-// bias, the residual) is issued first, without branches between them, and
-// the row's entries are the one load after the index: two round trips, the
-// least a step that reads its row index on the device can take.  Without
-// the options' branches and the token loop: 560 instructions of SASS against
-// fwd_decode_linear's 1264 (bf16, narrow, raw taps).
+// path.  Here every load that does not wait on a row index (both indices, x,
+// the taps, the bias, the residual) is issued first, without branches between
+// them, and the row's entries are the one load after the index: two round
+// trips, the least a step that reads its row index on the device can take.
+// Without the options' branches and the token loop: 376 instructions of SASS
+// against fwd_decode_linear's 1264 (bf16, narrow, raw taps), 311 executed
+// per warp against 488.  H100, 2026-12-06, vLLM rows, D = 4096: batch 1
+// 2.31 -> 2.21 us, batch 64 3.39 -> 3.14 (bench/RESULTS.md).  Less than the
+// instruction count predicted: with warm caches (ncu) the warp's ~2,900
+// cycles are ~850 on its two loads, ~440 on constant-cache misses of the
+// argument block, ~380 on instruction-cache misses, the rest dependent issue.
 template <class T, int CH>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, true>()))
     fwd_decode_plain(const Args a) {
@@ -294,7 +297,9 @@ constexpr int rows_min_blocks() {
 // fwd_decode_plain on vLLM rows: one token per sequence of a dense batch, no
 // ring offsets, tables, flags or accepted counts, and every load that does
 // not wait on a row index (both indices, x, taps, bias, residual) issued
-// before the first index is compared.
+// before the first index is compared: 272 instructions of SASS against 624
+// (bf16, narrow, S = W-1); H100, 2026-12-06, D = 4096: batch 1 2.38 -> 2.10 us,
+// batch 256 7.74 -> 7.34.
 template <class T, int CH, int S_, bool SPEC, bool PLAIN>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH, S_, SPEC>()))
     fwd_decode_linear_rows(const Args a) {
@@ -310,15 +315,14 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
   const Seq q = PLAIN ? Seq{n, 0, 1, 0, false} : seq_of(a, n);
-  const int64_t sx = a.x.s1;
-  const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * sx + d0 * a.x.s2;
   RawTaps<T, WMAX, CH> taps;
   P x0 = P::zero(), rv0 = P::zero();  // PLAIN: the token's x and residual, loaded first
   int64_t in, out;
   if constexpr (PLAIN) {
+    const T* xp0 = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * a.x.s1 + d0 * a.x.s2;
     const int64_t ri = a.h0.p && a.h0_idx.p ? ld_index(a.h0_idx, n) : n;
     const int64_t ro = a.ht.p && a.ht_idx.p ? ld_index(a.ht_idx, n) : n;
-    x0 = ldp<T, CH>(xp);
+    x0 = ldp<T, CH>(xp0);
     taps.load(a, d0);
     rv0 = decode_residual<T, CH>(a, n, 0, d0);
     in = state_row_checked(a, a.h0, a.h0_idx, ri);
@@ -331,6 +335,8 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
   using Vec = Pack<T, B::kPer>;
   const Vec* h0 = in >= 0 ? reinterpret_cast<const Vec*>(static_cast<const T*>(a.h0.p) + in * a.h0.s0 + d0 * S_)
                           : nullptr;
+  const int64_t sx = a.x.s1;
+  const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * sx + d0 * a.x.s2;
   int base = 0;  // speculative: the row entry of the window's oldest, a_n - 1 clamped into the row
   if (SPEC && in >= 0) {
     const int64_t v = ld_index(a.accepted, n);
