@@ -418,6 +418,11 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
 
 }  // namespace
 
+// An instance's name, spelled once per form: "fwd_decode_linear_rows(<form>)",
+// with "narrow, " before the form in the narrow instances (kWide false).
+#define SC_ROWS_NAME(form) \
+  (kWide ? "fwd_decode_linear_rows(" form ")" : "fwd_decode_linear_rows(narrow, " form ")")
+
 // The step on [P, D, S] rows held in registers (pl.row_regs = S) with CH
 // channels per thread (the wide or the narrow instance).
 template <class T, int CH>
@@ -427,25 +432,26 @@ cudaError_t launch_rows_in_registers(const Problem& p, const Plan& pl, const Arg
   if (p.accepted) {  // S = (W-1) + K, K = 1 .. kSpecRowsMaxDrafts
     static_assert(DecodeTraits::kSpecRowsMaxDrafts == 4, "one instance per draft count below");
     switch (pl.row_regs - H) {
-      case 1: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 1)" : "fwd_decode_linear_rows(narrow, speculative, K = 1)", fwd_decode_linear_rows<T, CH, H + 1, true, false>, pl, a);
-      case 2: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 2)" : "fwd_decode_linear_rows(narrow, speculative, K = 2)", fwd_decode_linear_rows<T, CH, H + 2, true, false>, pl, a);
-      case 3: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 3)" : "fwd_decode_linear_rows(narrow, speculative, K = 3)", fwd_decode_linear_rows<T, CH, H + 3, true, false>, pl, a);
-      case 4: return l->main(kWide ? "fwd_decode_linear_rows(speculative, K = 4)" : "fwd_decode_linear_rows(narrow, speculative, K = 4)", fwd_decode_linear_rows<T, CH, H + 4, true, false>, pl, a);
+      case 1: return l->main(SC_ROWS_NAME("speculative, K = 1"), fwd_decode_linear_rows<T, CH, H + 1, true, false>, pl, a);
+      case 2: return l->main(SC_ROWS_NAME("speculative, K = 2"), fwd_decode_linear_rows<T, CH, H + 2, true, false>, pl, a);
+      case 3: return l->main(SC_ROWS_NAME("speculative, K = 3"), fwd_decode_linear_rows<T, CH, H + 3, true, false>, pl, a);
+      case 4: return l->main(SC_ROWS_NAME("speculative, K = 4"), fwd_decode_linear_rows<T, CH, H + 4, true, false>, pl, a);
       default: return l->no_instance("decode, speculative rows in registers (S - (W-1) in 1..4)");
     }
   }
   if (pl.plain_step) {
     if (pl.row_regs == H)
-      return l->main(kWide ? "fwd_decode_linear_rows(plain, S = W-1)" : "fwd_decode_linear_rows(narrow, plain, S = W-1)", fwd_decode_linear_rows<T, CH, H, false, true>, pl, a);
+      return l->main(SC_ROWS_NAME("plain, S = W-1"), fwd_decode_linear_rows<T, CH, H, false, true>, pl, a);
     if (pl.row_regs == H + 1)
-      return l->main(kWide ? "fwd_decode_linear_rows(plain, S = W)" : "fwd_decode_linear_rows(narrow, plain, S = W)", fwd_decode_linear_rows<T, CH, H + 1, false, true>, pl, a);
+      return l->main(SC_ROWS_NAME("plain, S = W"), fwd_decode_linear_rows<T, CH, H + 1, false, true>, pl, a);
   }
   if (pl.row_regs == H)
-    return l->main(kWide ? "fwd_decode_linear_rows(S = W-1)" : "fwd_decode_linear_rows(narrow, S = W-1)", fwd_decode_linear_rows<T, CH, H, false, false>, pl, a);
+    return l->main(SC_ROWS_NAME("S = W-1"), fwd_decode_linear_rows<T, CH, H, false, false>, pl, a);
   if (pl.row_regs == H + 1)
-    return l->main(kWide ? "fwd_decode_linear_rows(S = W)" : "fwd_decode_linear_rows(narrow, S = W)", fwd_decode_linear_rows<T, CH, H + 1, false, false>, pl, a);
+    return l->main(SC_ROWS_NAME("S = W"), fwd_decode_linear_rows<T, CH, H + 1, false, false>, pl, a);
   return l->no_instance("decode, rows in registers");
 }
+#undef SC_ROWS_NAME
 
 // The linear step on vLLM rows, or on [P, D, S] rows held in registers, for a
 // plan of the decode path with pl.ch = kWideBytes (or kVecBytes) / element
