@@ -119,7 +119,10 @@ __device__ __forceinline__ void decode_store_y(const Args& a, const Act& act, in
   }
   stp<T, CH>(static_cast<T*>(a.y.p) + b * a.y.s0 + tok * a.y.s1 + d0 * a.y.s2, Pack<T, CH>::make(o));
 }
-// The same, loading the residual itself (after the sums).
+// The same, loading the residual itself (after the sums).  Its own body, not
+// a call of the one above: composed (with state_row_checked inside state_row),
+// the generic kernels compiled to other code and the vLLM 1+3-token steps were
+// ~3% slower (H100, 2026-12-06); as written they keep the code that was measured.
 template <class T, int CH, class Act>
 __device__ __forceinline__ void decode_store_y(const Args& a, const Act& act, int64_t b, int64_t tok,
                                                int64_t d0, const acc_t<T> (&acc)[CH]) {
