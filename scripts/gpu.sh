@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build for sm_90, run the GPU tests, the
 # compute-sanitizer subset (memcheck + racecheck), `shortconv check --backend
-# cuda` and `shortconv bench --backend cuda --json`, then print a short table.
+# cuda` and `shortconv bench --backend cuda --json`, ncu on a batch-1 decode
+# step, then print a short table.
 #
 #   scripts/gpu.sh [build-dir]        (default /tmp/sc-gpu; logs under ./gpu-logs)
 #
@@ -11,7 +12,7 @@
 # returns everything finished so far.
 #
 # GPU_CONFORM_SECONDS / GPU_PYTEST_SECONDS bound the two Python stages.
-# Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_BENCH=1 /
+# Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_BENCH=1 / GPU_SKIP_NCU=1 /
 # GPU_SKIP_PY=1 / GPU_SKIP_CONFORM=1 / GPU_SKIP_PYBENCH=1 / GPU_SKIP_PYDECODE=1 / GPU_SKIP_CTYPES=1 / GPU_SKIP_CPU=1
 # skip a stage;
 # GPU_SAN_FILTER replaces the memcheck stage's gtest filter, GPU_RACE_FILTER the racecheck one's; GPU_PYTEST_PATHS the Python
@@ -41,7 +42,7 @@ stage() {  # stage NAME CMD...: run, log to $LOG/NAME.log, record pass/fail and 
 }
 collect() {  # the logs so far into $OUT (when set)
   [ -n "${OUT:-}" ] || return 0
-  for s in build tests memcheck racecheck check bench base_build base_bench native pyconform pytest pybench pydecode pyhost_ctypes pydecode_ctypes cpuisa; do
+  for s in build tests memcheck racecheck check bench ncu base_build base_bench native pyconform pytest pybench pydecode pyhost_ctypes pydecode_ctypes cpuisa; do
     [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
   done >"$OUT/summary.txt"
   tar czf "$OUT/gpu-logs.tar.gz" -C "$LOG" . 2>/dev/null
@@ -89,6 +90,19 @@ if [ "${GPU_SKIP_CHECK:-0}" != 1 ]; then
 fi
 if [ "${GPU_SKIP_BENCH:-0}" != 1 ]; then
   stage bench bash -c "'$CLI' bench --backend cuda --json ${GPU_BENCH_ARGS:-} > '$LOG/bench.json'"
+fi
+# ncu on one batch-1 decode step (the decode bench's 41st step launch: vLLM rows, D = 4096,
+# one token), with warm caches as in its graph replays (--cache-control none: ncu's default
+# flush makes every load a DRAM miss): instructions and the stall reasons per issued
+# instruction, the evidence for what a latency-bound step spends.
+if [ "${GPU_SKIP_NCU:-0}" != 1 ] && [ "${GPU_SKIP_BENCH:-0}" != 1 ] && command -v ncu >/dev/null; then
+  NCU_M=smsp__inst_executed.sum,smsp__warps_launched.sum,gpu__time_duration.sum
+  for r in long_scoreboard wait short_scoreboard imc_miss no_instruction branch_resolving; do
+    NCU_M=$NCU_M,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio
+  done
+  stage ncu bash -c "timeout 60 ncu --clock-control none --cache-control none --kill yes \
+    -k 'regex:fwd_decode_(linear|plain)' -s 40 -c 1 --metrics $NCU_M \
+    '$CLI' bench --backend cuda --decode --dtype bf16 > '$LOG/ncu_decode.txt' 2>&1"
 fi
 if [ -n "$BASE_PID" ]; then
   wait "$BASE_PID"
@@ -141,12 +155,13 @@ fi
 
 echo
 echo "==== summary ($(date -u +%FT%TZ), $(head -2 "$LOG/gpu.txt" | tail -1))"
-for s in build tests memcheck racecheck check bench base_build base_bench native pyconform pytest pybench pydecode pyhost_ctypes pydecode_ctypes cpuisa; do
+for s in build tests memcheck racecheck check bench ncu base_build base_bench native pyconform pytest pybench pydecode pyhost_ctypes pydecode_ctypes cpuisa; do
   [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
 done
 grep -hE '^\[  FAILED  \]' "$LOG/tests.log" 2>/dev/null | head -20
 grep -h -A12 'Failure' "$LOG/tests.log" 2>/dev/null | cut -c1-400 | head -60
 grep -hE 'ERROR SUMMARY|Race reports|RACECHECK SUMMARY' "$LOG/memcheck.log" "$LOG/racecheck.log" 2>/dev/null
+[ -s "$LOG/ncu_decode.txt" ] && grep -E 'fwd_decode|inst_executed|warps_launched|duration|ratio' "$LOG/ncu_decode.txt" | sed 's/  */ /g' 
 tail -n 1 "$LOG/pyconform.log" "$LOG/pytest.log" 2>/dev/null
 [ -s "$LOG/pybench.log" ] && tail -n 22 "$LOG/pybench.log"
 [ -s "$LOG/pydecode.log" ] && tail -n 44 "$LOG/pydecode.log"  # the table and the host-path rows
