@@ -193,11 +193,20 @@ for r in d.get("results", []):
 if d.get("decode"):
     print(f"decode steps (GPU us from graph replays); empty kernel {d.get('empty_kernel_us') or 0:.2f} us, "
           f"eager {d.get('empty_kernel_call_us') or 0:.2f} us; one round trip {d.get('round_trip_us') or 0:.2f} us, "
-          f"an index then a load {d.get('index_round_trip_us') or 0:.2f} us")
-    print(f"{'rows':5} {'D':>5} {'T':>2} {'batch':>5} {'us':>8} {'/empty':>7} {'frac':>5} {'eager us':>9}")
+          f"an index then a load {d.get('index_round_trip_us') or 0:.2f} us; launched to overlap: empty "
+          f"{d.get('empty_kernel_overlap_us') or 0:.2f}, index then load {d.get('index_round_trip_overlap_us') or 0:.2f}, "
+          f"read ahead {d.get('ahead_round_trip_overlap_us') or 0:.2f} us")
+    bdec = {}
+    if base:
+        bdec = {(r["rows"], r["D"], r["T"], r["batch"]): r for r in b.get("decode", [])}
+    print(f"{'rows':5} {'D':>5} {'T':>2} {'batch':>5} {'us':>8} {'/empty':>7} {'frac':>5} {'eager us':>9} "
+          f"{'launch':>7} {'reads':>7} {'/empty':>7} {'base us':>8}")
     for r in d["decode"]:
+        o = bdec.get((r["rows"], r["D"], r["T"], r["batch"]), {})
         print(f"{r['rows']:5} {r['D']:5} {r['T']:2} {r['batch']:5} {r.get('us') or 0:8.2f} "
-              f"{r.get('per_empty') or 0:7.2f} {r.get('frac') or 0:5.2f} {r.get('call_us') or 0:9.1f} {r.get('error','')}")
+              f"{r.get('per_empty') or 0:7.2f} {r.get('frac') or 0:5.2f} {r.get('call_us') or 0:9.1f} "
+              f"{r.get('launch_us') or 0:7.2f} {r.get('reads_us') or 0:7.2f} {r.get('reads_per_empty') or 0:7.2f} "
+              f"{o.get('us') or 0:8.2f} {r.get('error','')}")
 EOF
 fi
 collect

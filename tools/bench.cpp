@@ -126,8 +126,11 @@ void usage(FILE* f) {
                "                  contiguous rows): us per step (GPU: CUDA-graph replays), the\n"
                "                  floor of x, y and the state entries read and written, an\n"
                "                  empty kernel's time in the same run, the eager call; on a\n"
-               "                  GPU then a copy of each step's bytes in one launch (what a\n"
-               "                  plain copy of that size reaches of the floor)\n"
+               "                  GPU also each step launched to overlap the step before\n"
+               "                  (exec.overlap launch and reads) beside an empty kernel and\n"
+               "                  index chains launched the same way, then a copy of each\n"
+               "                  step's bytes in one launch (what a plain copy of that size\n"
+               "                  reaches of the floor)\n"
                "  --no-decode     skip the decode section (--shape skips it too)\n",
                backend_names("|", "|").c_str(), backend_names(", ", " or ").c_str(),
                sc_backend_name(SC_BACKEND_CPU), kHostTiming.min_reps, kDeviceTiming.min_reps);

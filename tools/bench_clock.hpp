@@ -52,6 +52,16 @@ double graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& po
 double empty_kernel_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
                              int min_reps, int calls, std::string* msg);
 double empty_kernel_eager_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1);
+// The same empty kernel launched to overlap its predecessor (sc_exec.overlap's
+// attribute), waiting for it; NAN (message in *msg) where this build's code
+// cannot wait (below sm_90).
+double empty_kernel_overlap_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
+                                     int min_reps, int calls, std::string* msg);
+// The index-then-load chain (one hop) launched to overlap its predecessor:
+// waiting first (ahead false: SC_OVERLAP_LAUNCH's floor), or after the chain,
+// then one more load and the store (ahead true: SC_OVERLAP_READS' floor).
+double round_trips_overlap_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
+                                    int min_reps, int calls, bool ahead, std::string* msg);
 // The argument block of the round-trip kernel: its own four arguments; padded
 // to the size of the library's Args; as large, with the first address
 // computed from values in 12 of its 64-byte lines (latency_kernels.cu).

@@ -22,7 +22,10 @@
 // load does not precede a step's timing), a device copy moving the step's
 // bytes in one launch ("copy_us"; copy_frac = floor / copy_us: the fraction of
 // the floor a plain copy of that size reaches, the bandwidth-side ceiling of
-// a step of that size).
+// a step of that size).  Each step is also graph-timed launched to overlap
+// the step before it (exec.overlap: "launch", and "reads", whose contract
+// the rotation keeps: consecutive calls update other copies' pools), beside
+// the empty kernel and the index chains launched the same way.
 // Host backends: steady_clock per call, median.
 #include <algorithm>
 #include <cmath>
@@ -114,7 +117,18 @@ DecodeResult bench_case(const DecodeShape& s, const DecodeSettings& st, const Ti
     const int calls = copies * ((kDecodeGraphCalls + copies - 1) / copies);
     r.us = graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps), calls, call, &r.reps, &msg);
     if (!(r.us > 0)) status = SC_ERR_BACKEND;
-
+    // exec.overlap: every step launched to overlap the one before it.  READS
+    // needs the step before not to write this step's rows: consecutive calls
+    // run on other copies (each with its own pool), so at least two.
+    for (const int overlap : {int(SC_OVERLAP_LAUNCH), int(SC_OVERLAP_READS)}) {
+      if (status != SC_OK || (overlap == SC_OVERLAP_READS && copies < 2)) break;
+      for (const auto& p : ps) p->set_overlap(overlap);
+      int reps = 0;
+      const double us = graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps), calls, call, &reps, &msg);
+      if (!(us > 0)) status = SC_ERR_BACKEND;
+      (overlap == SC_OVERLAP_LAUNCH ? r.launch_us : r.reads_us) = us;
+    }
+    for (const auto& p : ps) p->set_overlap(SC_OVERLAP_NONE);
   }
 #endif
   if (status != SC_OK) r.error = std::string(sc_status_string(status)) + ": " + msg;
@@ -160,6 +174,12 @@ DecodeRun bench_decode(const DecodeSettings& st, const Timing& pol, const Clock&
                                                     kDecodeGraphCalls, 1, RefArgsKind::spread, &msg);
     run.launch_host_us = launch_host_us(clock.cs, RefArgsKind::plain, &msg);
     run.launch_host_args_us = launch_host_us(clock.cs, RefArgsKind::padded, &msg);
+    run.empty_overlap_us = empty_kernel_overlap_graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps),
+                                                         kDecodeGraphCalls, &msg);
+    run.index_trip_overlap_us = round_trips_overlap_graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps),
+                                                             kDecodeGraphCalls, false, &msg);
+    run.ahead_trip_overlap_us = round_trips_overlap_graph_us(clock.cs, clock.e0, clock.e1, pol, int(st.reps),
+                                                             kDecodeGraphCalls, true, &msg);
   }
 #endif
   for (const DecodeShape& s : st.shapes) {
@@ -191,8 +211,14 @@ void print_decode_header(const DecodeSettings& st, double copy_GBps, const Decod
                 "lines first %.2f us (graph); host time of its launch %.2f us, %.2f us with that block",
                 run.empty_us, run.empty_call_us, run.trip_us, run.index_trip_us, run.index_trip_args_us,
                 run.index_trip_spread_us, run.launch_host_us, run.launch_host_args_us);
-  std::printf("\n%-5s %-5s %5s %5s %2s %10s %9s %6s %8s %10s\n", "rows", "dtype", "D", "batch", "T",
-              "us", "floor_us", "frac", "/empty", "eager_us");
+  if (st.device)
+    std::printf("\nlaunched to overlap the kernel before (exec.overlap; graph): empty kernel %.2f us, an index "
+                "then a load waiting first %.2f us, the same with one load after the wait %.2f us; "
+                "launch_us / reads_us: the step with exec.overlap = launch / reads, /empty: reads_us / the "
+                "empty kernel's (not overlapped) time",
+                run.empty_overlap_us, run.index_trip_overlap_us, run.ahead_trip_overlap_us);
+  std::printf("\n%-5s %-5s %5s %5s %2s %10s %9s %6s %8s %10s %10s %9s %8s\n", "rows", "dtype", "D", "batch",
+              "T", "us", "floor_us", "frac", "/empty", "eager_us", "launch_us", "reads_us", "/empty");
 }
 
 void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double copy_GBps,
@@ -204,8 +230,9 @@ void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double co
     std::printf("ERROR %s\n", r.error.c_str());
   } else {
     const double floor_us = double(r.bytes) / (copy_GBps * 1e3);
-    std::printf("%10.2f %9.2f %6.3f %8.2f %10.1f\n", r.us, floor_us, floor_us / r.us,
-                st.device ? r.us / run.empty_us : NAN, r.call_us);
+    std::printf("%10.2f %9.2f %6.3f %8.2f %10.1f %10.2f %9.2f %8.2f\n", r.us, floor_us, floor_us / r.us,
+                st.device ? r.us / run.empty_us : NAN, r.call_us, r.launch_us, r.reads_us,
+                r.reads_us / run.empty_us);
   }
   std::fflush(stdout);
 }
@@ -233,7 +260,10 @@ std::string decode_json(const DecodeRun& run, double copy_GBps) {
                   ", \"index_round_trip_args_us\": " + json_num(run.index_trip_args_us) +
                   ", \"index_round_trip_spread_us\": " + json_num(run.index_trip_spread_us) +
                   ", \"launch_host_us\": " + json_num(run.launch_host_us) +
-                  ", \"launch_host_args_us\": " + json_num(run.launch_host_args_us) + ", \"decode\": [";
+                  ", \"launch_host_args_us\": " + json_num(run.launch_host_args_us) +
+                  ", \"empty_kernel_overlap_us\": " + json_num(run.empty_overlap_us) +
+                  ", \"index_round_trip_overlap_us\": " + json_num(run.index_trip_overlap_us) +
+                  ", \"ahead_round_trip_overlap_us\": " + json_num(run.ahead_trip_overlap_us) + ", \"decode\": [";
   for (size_t i = 0; i < run.results.size(); ++i) {
     const DecodeResult& r = run.results[i];
     const bool ok = r.error.empty();
@@ -246,7 +276,9 @@ std::string decode_json(const DecodeRun& run, double copy_GBps) {
          ", \"us\": " + json_num(ok ? r.us : NAN) + ", \"floor_us\": " + json_num(floor_us) +
          ", \"frac\": " + json_num(ok ? floor_us / r.us : NAN) + ", \"per_empty\": " +
          json_num(ok ? r.us / run.empty_us : NAN) + ", \"call_us\": " +
-         json_num(ok ? r.call_us : NAN) + ", \"copy_us\": " + json_num(r.copy_us) +
+         json_num(ok ? r.call_us : NAN) + ", \"launch_us\": " + json_num(ok ? r.launch_us : NAN) +
+         ", \"reads_us\": " + json_num(ok ? r.reads_us : NAN) + ", \"reads_per_empty\": " +
+         json_num(ok ? r.reads_us / run.empty_us : NAN) + ", \"copy_us\": " + json_num(r.copy_us) +
          ", \"copy_frac\": " + json_num(floor_us / r.copy_us) + ", \"reps\": " + std::to_string(r.reps) +
          ", \"error\": " + json_str(r.error) + "}";
   }

@@ -33,6 +33,8 @@ struct DecodeResult {
   int64_t bytes = 0;        // the floor's bytes of one step
   double us = NAN;          // per step: GPU time from graph replays, or the host's median
   double call_us = NAN;     // one eager call (host path included)
+  double launch_us = NAN;   // GPU: graph-timed with exec.overlap = SC_OVERLAP_LAUNCH
+  double reads_us = NAN;    // ... and SC_OVERLAP_READS (consecutive calls on other buffer copies)
   double copy_us = NAN;     // GPU: one copy moving `bytes` (half read, half written), graph-timed
   int copies = 0;           // buffer copies rotated (the copy reference rotates as many)
   int reps = 0;
@@ -45,6 +47,10 @@ struct DecodeRun {
   double index_trip_args_us = NAN;             // the same with an argument block of the library's size
   double index_trip_spread_us = NAN;           // ... whose first address adds values from 12 of its lines
   double launch_host_us = NAN, launch_host_args_us = NAN;  // host time of that launch, small / library-sized block
+  // launched to overlap the kernel before (sc_exec.overlap), graph-timed: the
+  // empty kernel waiting; the index-then-load chain waiting first; the chain
+  // before the wait and one load after it
+  double empty_overlap_us = NAN, index_trip_overlap_us = NAN, ahead_trip_overlap_us = NAN;
   std::vector<DecodeResult> results;
 };
 
@@ -60,8 +66,9 @@ void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double co
 void print_decode_copies(const DecodeRun& run, double copy_GBps);
 // `"empty_kernel_us": ..., "empty_kernel_call_us": ..., "round_trip_us": ...,
 // "index_round_trip_us": ..., "index_round_trip_args_us": ..., "index_round_trip_spread_us": ...,
-// "launch_host_us": ...,
-// "launch_host_args_us": ..., "decode": [...]` for the JSON object.
+// "launch_host_us": ..., "launch_host_args_us": ..., "empty_kernel_overlap_us": ...,
+// "index_round_trip_overlap_us": ..., "ahead_round_trip_overlap_us": ..., "decode": [...]`
+// for the JSON object.
 std::string decode_json(const DecodeRun& run, double copy_GBps);
 
 }  // namespace shortconv::cli

@@ -15,6 +15,12 @@
 //   back-to-back eager launches, in the calling thread; and the same block
 //   with the chain's first address computed from 12 of its lines: what
 //   reading parameters spread over the block costs before the first load;
+// - the same kernels launched to overlap the kernel before them (sc_exec.overlap,
+//   programmatic dependent launch, sm_90 and newer), each a copy of itself:
+//   the empty kernel waiting for its predecessor; the index-then-load chain
+//   waiting first (SC_OVERLAP_LAUNCH's floor); and the chain issued before the
+//   wait, then one more load (x) after it and the store (SC_OVERLAP_READS'
+//   floor: a step whose rows were read ahead still loads x after the wait);
 // - a copy of a step's bytes: half of them read and half written by one
 //   device-to-device cudaMemcpyAsync (the copy that measures the bandwidth
 //   floor), rotating over as many buffer pairs as the step rotates copies.
@@ -38,11 +44,33 @@ constexpr int kRefMaxHops = 4;     // chain length bound (the index buffer's ent
 
 __global__ void empty_kernel() {}
 
+__global__ void empty_wait_kernel() { cuda::overlap_wait(); }
+
 // idx: [kRefMaxHops + 1] int64, idx[i] = i + 1; src, dst: [(kRefMaxHops + 2) * kRefThreads] 16-byte vectors
 __global__ void round_trips_kernel(const int64_t* idx, const uint4* src, uint4* dst, int hops) {
   int64_t i = 0;
   for (int h = 0; h < hops; ++h) i = idx[i];  // each load's address is the previous load's value
   dst[i * kRefThreads + threadIdx.x] = src[i * kRefThreads + threadIdx.x];
+}
+
+// round_trips_kernel waiting for the previous kernel: first (ahead = 0), or
+// after the chain's loads, then loading one more vector (x) past the chain's
+// (ahead = 1).
+__global__ void round_trips_wait_kernel(const int64_t* idx, const uint4* src, uint4* dst, int hops,
+                                        int ahead) {
+  if (!ahead) cuda::overlap_wait();
+  int64_t i = 0;
+  for (int h = 0; h < hops; ++h) i = idx[i];
+  uint4 v = src[i * kRefThreads + threadIdx.x];
+  if (ahead) {
+    cuda::overlap_wait();
+    const uint4 x = src[(kRefMaxHops + 1) * kRefThreads + threadIdx.x];
+    v.x ^= x.x;
+    v.y ^= x.y;
+    v.z ^= x.z;
+    v.w ^= x.w;
+  }
+  dst[i * kRefThreads + threadIdx.x] = v;
 }
 
 // round_trips_kernel's arguments padded to the library's argument block.
@@ -85,6 +113,39 @@ __global__ void round_trips_spread_kernel(const RefArgsSpread a) {
   a.dst[i * kRefThreads + threadIdx.x] = a.src[i * kRefThreads + threadIdx.x];
 }
 
+// A launch configuration carrying the programmatic-stream-serialization
+// attribute (what the library attaches for sc_exec.overlap).
+struct OverlappedConfig {
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t c;
+  const cudaLaunchConfig_t* cfg() {
+    c.attrs = attr;
+    return &c;
+  }
+};
+OverlappedConfig overlapped_config(dim3 grid, dim3 block, cudaStream_t s) {
+  OverlappedConfig o{};
+  o.attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  o.attr[0].val.programmaticStreamSerializationAllowed = 1;
+  o.c.gridDim = grid;
+  o.c.blockDim = block;
+  o.c.stream = s;
+  o.c.numAttrs = 1;
+  return o;
+}
+
+// Whether this build's kernels can wait for their predecessor on this device
+// (code compiled for sm_90 or newer: what the library checks before it
+// attaches the attribute).
+bool overlap_supported() {
+  cudaFuncAttributes fa{};
+  if (cudaFuncGetAttributes(&fa, empty_wait_kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return fa.ptxVersion >= 90;
+}
+
 // The index chain's buffers (idx[i] = i + 1; src zeroed), freed on scope exit.
 struct RefBuffers {
   int64_t* idx = nullptr;
@@ -106,6 +167,12 @@ struct RefBuffers {
   }
   RefBuffers(const RefBuffers&) = delete;
   RefBuffers& operator=(const RefBuffers&) = delete;
+  // One launch of round_trips_wait_kernel on s with the overlap attribute.
+  cudaError_t launch_overlapped(cudaStream_t s, int hops, int ahead) const {
+    return cudaLaunchKernelEx(overlapped_config(dim3(1), dim3(kRefThreads), s).cfg(),
+                              round_trips_wait_kernel, static_cast<const int64_t*>(idx),
+                              static_cast<const uint4*>(src), dst, hops, ahead);
+  }
   // One launch of the chain kernel on s, with the argument block `kind`.
   void launch(cudaStream_t s, int hops, RefArgsKind kind) const {
     const RefArgs r{idx, src, dst, hops};
@@ -130,6 +197,34 @@ double empty_kernel_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, con
   int reps = 0;
   return graph_us(s, e0, e1, pol, min_reps, calls,
                   [&](int) { empty_kernel<<<1, 1, 0, s>>>(); }, &reps, msg);
+}
+
+double empty_kernel_overlap_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
+                                     int min_reps, int calls, std::string* msg) {
+  if (!overlap_supported()) {
+    *msg = "overlap: this build's kernels are not compiled for sm_90 or newer";
+    return NAN;
+  }
+  int reps = 0;
+  return graph_us(s, e0, e1, pol, min_reps, calls,
+                  [&](int) { (void)cudaLaunchKernelEx(overlapped_config(dim3(1), dim3(1), s).cfg(), empty_wait_kernel); },
+                  &reps, msg);
+}
+
+double round_trips_overlap_graph_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, const Timing& pol,
+                                    int min_reps, int calls, bool ahead, std::string* msg) {
+  if (!overlap_supported()) {
+    *msg = "overlap: this build's kernels are not compiled for sm_90 or newer";
+    return NAN;
+  }
+  const RefBuffers buf;
+  if (!buf.ok) {
+    *msg = "round trips: buffers not allocated";
+    return NAN;
+  }
+  int reps = 0;
+  return graph_us(s, e0, e1, pol, min_reps, calls, [&](int) { (void)buf.launch_overlapped(s, 1, ahead ? 1 : 0); },
+                  &reps, msg);
 }
 
 double empty_kernel_eager_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1) {

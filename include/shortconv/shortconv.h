@@ -87,8 +87,26 @@ typedef struct sc_tensor {
   int64_t stride[SC_MAX_DIMS]; /* in elements, >= 0; 0 = broadcast (inputs only) */
 } sc_tensor;
 
+/* Whether a CUDA call's kernel may start while the kernel before it in the
+ * stream finishes (programmatic dependent launch; devices of compute capability
+ * 9.0 and newer).  Honoured by the decode path's kernels (a forward of a few
+ * tokens per sequence, and the serving steps); every other kernel, every other
+ * device and the host backends run as with SC_OVERLAP_NONE.  Results never
+ * depend on it. */
+typedef enum sc_overlap {
+  SC_OVERLAP_NONE = 0,   /* a kernel starts once the stream's earlier work has completed */
+  SC_OVERLAP_LAUNCH = 1, /* launched early, it waits for the previous kernel's completion
+                            before its first access to memory: hides the launch latency,
+                            exact whatever the previous kernel reads or writes */
+  SC_OVERLAP_READS = 2   /* as LAUNCH, and it may read the state rows, the state indices, the
+                            weight and the bias before that wait: the caller guarantees that
+                            the kernel before it in the stream does not write them (in an
+                            engine: the projection that produced x).  x and the residual are
+                            read, and everything is written, after the wait */
+} sc_overlap;
+
 /* How to run.  Zero-initialised means: CPU backend, all threads, automatic
- * tiles, default stream, no workspace. */
+ * tiles, default stream, no workspace, no overlap. */
 typedef struct sc_exec {
   int32_t backend;     /* sc_backend */
   int32_t num_threads; /* CPU: 0 = all hardware threads; results never depend on it */
@@ -99,6 +117,7 @@ typedef struct sc_exec {
   void* stream;        /* CUDA: cudaStream_t (NULL = legacy default stream) */
   void* workspace;     /* scratch memory, on the backend's side (host or device) */
   size_t workspace_bytes;
+  int32_t overlap;     /* sc_overlap */
 } sc_exec;
 
 /*

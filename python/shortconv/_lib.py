@@ -122,6 +122,7 @@ class _Exec(ctypes.Structure):
         ("stream", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
+        ("overlap", ctypes.c_int32),
     ]
 
 

@@ -64,6 +64,9 @@ sc_status check_exec(const sc_exec& ex, sc_error* err, const Backend** out) {
   if (ex.tile_t < 0 || ex.tile_d < 0)
     return fail(err, SC_ERR_INVALID_ARGUMENT, "exec.tile_t/tile_d: expected >= 0, got %lld/%lld",
                 (long long)ex.tile_t, (long long)ex.tile_d);
+  if (ex.overlap < SC_OVERLAP_NONE || ex.overlap > SC_OVERLAP_READS)
+    return fail(err, SC_ERR_INVALID_ARGUMENT,
+                "exec.overlap: expected 0 (none), 1 (launch) or 2 (reads), got %d", ex.overlap);
   *out = be;
   return SC_OK;
 }

@@ -136,6 +136,7 @@ sc_status run(const Problem& p, sc_error* err) {
                 (long long)pl.grid_y, path_name(path));
   const Args a = make_args(p, pl, p.exec.workspace);
   Launch l{static_cast<cudaStream_t>(p.exec.stream)};
+  l.overlap = pl.overlap;
   const cudaError_t e = p.dir == Dir::fwd ? launch_fwd(p, pl, a, &l) : launch_bwd(p, pl, a, &l);
   if (l.missing)
     return fail(err, SC_ERR_BACKEND,

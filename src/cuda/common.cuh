@@ -173,6 +173,23 @@ __device__ __forceinline__ void load_taps_newest_first(const DTensor& w, const D
   *bs = bias.p ? scale * ld<A>(bias.p, bias.dt, d * bias.s0) : A(0);
 }
 
+// sc_exec.overlap (programmatic dependent launch, sm_90 and newer).  A kernel
+// launched with the attribute (Launch::overlap) may start while the kernel
+// before it in the stream still runs.  overlap_wait() returns once that kernel
+// has completed and its writes are visible (at once for a kernel launched
+// without the attribute), then lets the kernel after this one start early.
+// Released only after the wait: a kernel that starts early then finds every
+// kernel before its immediate predecessor complete, so reads it issues before
+// its own wait race with that predecessor alone (SC_OVERLAP_READS' contract).
+// Compiled out below sm_90, where the launcher never attaches the attribute
+// (it checks the kernel's PTX version, not only the device's).
+__device__ __forceinline__ void overlap_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ int64_t ld_index(const DTensor& t, int64_t i) {
   return t.dt == SC_I32 ? int64_t(static_cast<const int32_t*>(t.p)[i * t.s0])
                         : static_cast<const int64_t*>(t.p)[i * t.s0];

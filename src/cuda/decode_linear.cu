@@ -80,6 +80,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
+  overlap_wait();  // (sc_exec.overlap: every access to memory after the previous kernel's end)
   const int W = a.W;
   const int kpad = RAW ? 0 : WMAX - W;  // taps below kpad are padding, never multiplied
   const Seq q = seq_of(a, n);
@@ -159,7 +160,15 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
 // instruction count predicted: with warm caches (ncu) the warp's ~2,900
 // cycles are ~850 on its two loads, ~440 on constant-cache misses of the
 // argument block, ~380 on instruction-cache misses, the rest dependent issue.
-template <class T, int CH>
+//
+// AHEAD (the plan's reads_ahead, SC_OVERLAP_READS): launched while the
+// previous kernel finishes, the step issues its indices, taps, bias and row
+// before overlap_wait(), so that the parameter reads, the instruction fetch
+// and both of those round trips overlap that kernel; x and the residual,
+// which it may write, are loaded after the wait, and every store follows it.
+// What is left after the previous kernel's end is one round trip (x), the
+// sum and the stores.
+template <class T, int CH, bool AHEAD>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, true>()))
     fwd_decode_plain(const Args a) {
   using A = acc_t<T>;
@@ -168,13 +177,15 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
+  if constexpr (!AHEAD) overlap_wait();
   // the first round trip: the indices as loaded, then what does not depend on them
   const int64_t ri = a.h0.p && a.h0_idx.p ? ld_index(a.h0_idx, n) : n;
   const int64_t ro = a.ht.p && a.ht_idx.p ? ld_index(a.ht_idx, n) : n;
-  const P xv = ldp<T, CH>(static_cast<const T*>(a.x.p) + n * a.x.s0 + d0 * a.x.s2);
+  const T* xp = static_cast<const T*>(a.x.p) + n * a.x.s0 + d0 * a.x.s2;
+  P xv = AHEAD ? P::zero() : ldp<T, CH>(xp);
   RawTaps<T, WMAX, CH> taps;
   taps.load(a, d0);
-  const P rv = decode_residual<T, CH>(a, n, 0, d0);
+  P rv = AHEAD ? P::zero() : decode_residual<T, CH>(a, n, 0, d0);
   // the second: the row's entries, u[1 .. S) of u = row ++ x
   const int64_t in = state_row_checked(a, a.h0, a.h0_idx, ri);
   const int64_t out = state_row_checked(a, a.ht, a.ht_idx, ro);
@@ -184,6 +195,12 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   P win[H];  // win[i] = row[S - H + i] (zeros: no initial state)
 #pragma unroll
   for (int i = 0; i < H; ++i) win[i] = h0 ? ldp<T, CH>(h0 + (S - H + i) * sh) : P::zero();
+  if constexpr (AHEAD) {
+    // (rows longer than H are moved below, after the wait: loads of a rare form)
+    overlap_wait();
+    xv = ldp<T, CH>(xp);
+    rv = decode_residual<T, CH>(a, n, 0, d0);
+  }
   if (ht) {
     // rows longer than H (speculative pools stepped one token): entries older
     // than the window move one place down, each loaded before its store (not
@@ -299,8 +316,10 @@ constexpr int rows_min_blocks() {
 // not wait on a row index (both indices, x, taps, bias, residual) issued
 // before the first index is compared: 272 instructions of SASS against 624
 // (bf16, narrow, S = W-1); H100, 2026-12-06, D = 4096: batch 1 2.38 -> 2.10 us,
-// batch 256 7.74 -> 7.34.
-template <class T, int CH, int S_, bool SPEC, bool PLAIN>
+// batch 256 7.74 -> 7.34.  AHEAD (PLAIN only; the plan's reads_ahead): as in
+// fwd_decode_plain, the indices, taps, bias and the row block are loaded
+// before overlap_wait(), x and the residual after it.
+template <class T, int CH, int S_, bool SPEC, bool PLAIN, bool AHEAD = false>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH, S_, SPEC>()))
     fwd_decode_linear_rows(const Args a) {
   using A = acc_t<T>;
@@ -310,21 +329,23 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
   static_assert(S_ >= H, "the row holds the window");
   static_assert(!SPEC || S_ > H, "a speculative row holds drafts");
   static_assert(!(SPEC && PLAIN), "the plain step is one token without accepted counts");
+  static_assert(!AHEAD || PLAIN, "reads ahead of the wait: the plain step's instance only");
   constexpr int LT = SPEC ? S_ - H + 1 : 0;  // speculative: tokens placed at compile-time entries
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
+  if constexpr (!AHEAD) overlap_wait();  // (sc_exec.overlap: see common.cuh)
   const Seq q = PLAIN ? Seq{n, 0, 1, 0, false} : seq_of(a, n);
   RawTaps<T, WMAX, CH> taps;
   P x0 = P::zero(), rv0 = P::zero();  // PLAIN: the token's x and residual, loaded first
+  const T* xp0 = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * a.x.s1 + d0 * a.x.s2;
   int64_t in, out;
   if constexpr (PLAIN) {
-    const T* xp0 = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * a.x.s1 + d0 * a.x.s2;
     const int64_t ri = a.h0.p && a.h0_idx.p ? ld_index(a.h0_idx, n) : n;
     const int64_t ro = a.ht.p && a.ht_idx.p ? ld_index(a.ht_idx, n) : n;
-    x0 = ldp<T, CH>(xp0);
+    if constexpr (!AHEAD) x0 = ldp<T, CH>(xp0);
     taps.load(a, d0);
-    rv0 = decode_residual<T, CH>(a, n, 0, d0);
+    if constexpr (!AHEAD) rv0 = decode_residual<T, CH>(a, n, 0, d0);
     in = state_row_checked(a, a.h0, a.h0_idx, ri);
     out = state_row_checked(a, a.ht, a.ht_idx, ro);
   } else {
@@ -345,6 +366,11 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
   B blk;
 #pragma unroll
   for (int i = 0; i < B::kVecs; ++i) blk.v[i] = h0 ? ldp<T, B::kPer>(reinterpret_cast<const T*>(h0 + i)) : Vec::zero();
+  if constexpr (AHEAD) {
+    overlap_wait();
+    x0 = ldp<T, CH>(xp0);
+    rv0 = decode_residual<T, CH>(a, n, 0, d0);
+  }
   if constexpr (!PLAIN) taps.load(a, d0);
   const RuntimeAct<MathOf<T>> act{a.act};
   P row[S_];  // one token: row[j] = u[L' + j] after L' tokens; speculative: the new row
@@ -439,6 +465,12 @@ cudaError_t launch_rows_in_registers(const Problem& p, const Plan& pl, const Arg
       default: return l->no_instance("decode, speculative rows in registers (S - (W-1) in 1..4)");
     }
   }
+  if (pl.plain_step && pl.reads_ahead) {
+    if (pl.row_regs == H)
+      return l->main(SC_ROWS_NAME("plain, reads ahead, S = W-1"), fwd_decode_linear_rows<T, CH, H, false, true, true>, pl, a);
+    if (pl.row_regs == H + 1)
+      return l->main(SC_ROWS_NAME("plain, reads ahead, S = W"), fwd_decode_linear_rows<T, CH, H + 1, false, true, true>, pl, a);
+  }
   if (pl.plain_step) {
     if (pl.row_regs == H)
       return l->main(SC_ROWS_NAME("plain, S = W-1"), fwd_decode_linear_rows<T, CH, H, false, true>, pl, a);
@@ -470,15 +502,19 @@ cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a
         return l->no_instance("decode, rows in registers");
       }
       if (pl.ch == kWide) {
+        if (pl.plain_step && pl.reads_ahead)
+          return l->main("fwd_decode_plain(reads ahead)", fwd_decode_plain<T, kWide, true>, pl, a);
         if (pl.plain_step)
-          return l->main("fwd_decode_plain", fwd_decode_plain<T, kWide>, pl, a);
+          return l->main("fwd_decode_plain", fwd_decode_plain<T, kWide, false>, pl, a);
         if (pl.raw_taps)
           return l->main("fwd_decode_linear(channel rows, raw taps)", fwd_decode_linear<T, kWide, true>, pl, a);
         return l->main("fwd_decode_linear(channel rows)", fwd_decode_linear<T, kWide, false>, pl, a);
       }
       if (pl.ch == kNarrow) {
+        if (pl.plain_step && pl.reads_ahead)
+          return l->main("fwd_decode_plain(narrow, reads ahead)", fwd_decode_plain<T, kNarrow, true>, pl, a);
         if (pl.plain_step)
-          return l->main("fwd_decode_plain(narrow)", fwd_decode_plain<T, kNarrow>, pl, a);
+          return l->main("fwd_decode_plain(narrow)", fwd_decode_plain<T, kNarrow, false>, pl, a);
         if (pl.raw_taps)
           return l->main("fwd_decode_linear(narrow, channel rows, raw taps)", fwd_decode_linear<T, kNarrow, true>, pl, a);
         return l->main("fwd_decode_linear(narrow, channel rows)", fwd_decode_linear<T, kNarrow, false>, pl, a);

@@ -81,6 +81,12 @@ struct Launch {
   cudaStream_t stream;
   const char* kernel = "?";
   bool missing = false;
+  // Launch with programmatic stream serialization (sc_exec.overlap), for
+  // kernels that call overlap_wait() before their first access to memory
+  // the previous kernel may write or read: the decode path's.  Attached only
+  // to code compiled for sm_90 or newer (its PTX version: code compiled for
+  // an older target and JIT-compiled for this device has no wait).
+  bool overlap = false;
 
   // kernel<<<plan geometry>>>(args, extra...) with the plan's shared memory.
   template <class... X>
@@ -117,8 +123,27 @@ struct Launch {
                  const Args& a, X... extra) {
     kernel = name;
     void* params[] = {const_cast<Args*>(&a), &extra...};
-    return cudaLaunchKernel(reinterpret_cast<const void*>(k), grid, block, params, smem, stream);
+    const void* f = reinterpret_cast<const void*>(k);
+    if (overlap) {
+      cudaFuncAttributes fa{};
+      if (cudaFuncGetAttributes(&fa, f) != cudaSuccess) return cudaGetLastError();
+      if (fa.ptxVersion >= kOverlapMinPtx) {
+        cudaLaunchAttribute attr[1] = {};
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        return cudaLaunchKernelExC(&cfg, f, params);
+      }
+    }
+    return cudaLaunchKernel(f, grid, block, params, smem, stream);
   }
+  static constexpr int kOverlapMinPtx = 90;  // griddepcontrol: sm_90 and newer
 };
 
 // The main kernel(s) of pl.path for activation type T, for one direction:

@@ -67,6 +67,10 @@ struct Plan {
                             // one token per sequence of a dense batch, no ring offsets, block
                             // tables, flags or accepted counts (fwd_decode_plain; the rows
                             // kernel's PLAIN instance)
+  bool overlap = false;      // decode: launched to overlap the previous kernel's end (sc_exec.overlap
+                            // LAUNCH or READS; every decode kernel waits before touching memory)
+  bool reads_ahead = false; // a plain step under SC_OVERLAP_READS: the instance that reads its rows,
+                            // indices, taps and bias before that wait (x and residual after it)
   int row_regs = 0;         // decode on [P, D, S] rows: S (W-1 or W; speculative (W-1) + K), the
                             // row's entries held in registers (a linear step with raw taps,
                             // wide or narrow instance); 0: staged

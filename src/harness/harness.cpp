@@ -159,6 +159,7 @@ std::string Case::describe() const {
   if (tile_t) o << " tile_t=" << tile_t;
   if (tile_d) o << " tile_d=" << tile_d;
   if (num_threads) o << " threads=" << num_threads;
+  if (overlap) o << " overlap=" << (overlap == SC_OVERLAP_LAUNCH ? "launch" : overlap == SC_OVERLAP_READS ? "reads" : "?");
   o << " seed=" << seed;
   return o.str();
 }

@@ -94,6 +94,7 @@ struct Case {
 
   int64_t tile_t = 0, tile_d = 0;  // forced tiles (0 = automatic)
   int num_threads = 0;
+  int overlap = SC_OVERLAP_NONE;   // exec.overlap (sc_overlap)
   uint64_t seed = 1;
 
   int state_len() const { return S < 0 ? W - 1 : S; }
@@ -188,6 +189,7 @@ class Prepared {
   Prepared& operator=(const Prepared&) = delete;
 
   void set_stream(void* stream);  // CUDA stream for both directions
+  void set_overlap(int overlap);  // exec.overlap for both directions (sc_overlap)
   void poison_outputs();          // NaN payload in every output element (and gap)
   void restore_state();           // in-place: put the initial state back into the pool
   sc_status forward(std::string* err = nullptr);

@@ -408,6 +408,7 @@ void Prepared::build_args() {
     a->exec.num_threads = c_.num_threads;
     a->exec.tile_t = c_.tile_t;
     a->exec.tile_d = c_.tile_d;
+    a->exec.overlap = c_.overlap;
   }
   set(fa_.ring_offsets, ring_);
   set(fa_.num_accepted, acc_);  // (forward only)
@@ -451,6 +452,12 @@ void Prepared::allocate_workspaces() {
 }
 
 Prepared::~Prepared() = default;
+
+void Prepared::set_overlap(int overlap) {
+  c_.overlap = overlap;
+  fa_.exec.overlap = overlap;
+  ba_.exec.overlap = overlap;
+}
 
 void Prepared::set_stream(void* stream) {
   stream_ = stream;

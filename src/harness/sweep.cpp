@@ -240,6 +240,11 @@ Case random_case(std::mt19937_64& rng, const Space& sp) {
   c.want_dweight = r.coin(0.8);
   c.want_dbias = r.coin(0.7);
   if (sp.serving && !ids) draw_serving(r, c);  // serving steps take no seq_idx
+  // exec.overlap: the decode path's kernels wait for the previous one (the
+  // reads-ahead instances read their rows first); every other path and backend
+  // ignores it.  From the case's seed, not a draw: the sequence of cases every
+  // sweep draws stays what it was.
+  c.overlap = int((c.seed >> 7) % 3);
   return c;
 }
 

@@ -653,6 +653,27 @@ TEST(CudaPlan, PlainDecodeStep) {
     EXPECT_TRUE(rows.plain_step) << "[P, D, S] rows of W-1 entries";
     EXPECT_EQ(rows.row_regs, 3);
     EXPECT_FALSE(plan_for(step(B, 1, true, SC_F32), Path::decode, 132).plain_step) << "no raw taps";
+    // exec.overlap: every decode kernel is launched to overlap; the plain step
+    // alone reads ahead of the wait, and only when the caller allows it
+    EXPECT_FALSE(pl.overlap || pl.reads_ahead);
+    for (bool vllm : {true, false}) {
+      Problem q = step(B, 1, vllm);
+      q.exec.overlap = SC_OVERLAP_LAUNCH;
+      Plan o = plan_for(q, Path::decode, 132);
+      EXPECT_TRUE(o.overlap && o.plain_step && !o.reads_ahead);
+      q.exec.overlap = SC_OVERLAP_READS;
+      o = plan_for(q, Path::decode, 132);
+      EXPECT_TRUE(o.overlap && o.plain_step && o.reads_ahead);
+      q = step(B, 2, vllm);
+      q.exec.overlap = SC_OVERLAP_READS;
+      o = plan_for(q, Path::decode, 132);
+      EXPECT_TRUE(o.overlap && !o.plain_step && !o.reads_ahead) << "two tokens";
+      q = step(B, DecodeTraits::kMaxTokens + 1, vllm);  // a prefill: the tiled paths launch as usual
+      q.exec.overlap = SC_OVERLAP_READS;
+      ASSERT_NE(choose_path(q), Path::decode);
+      o = plan_for(q, choose_path(q), 132);
+      EXPECT_FALSE(o.overlap || o.reads_ahead) << "prefill";
+    }
     for (int extra = 0; extra < 12; ++extra) {
       Problem q = step(B, 1, extra < 6);  // vLLM rows, then [P, D, S] rows
       const char* what = "";

@@ -627,3 +627,153 @@ TEST(Cuda, Over2Pow31Elements) {
 #endif  // SHORTCONV_WITH_CUDA
 
 }  // namespace
+
+// exec.overlap on the decode path, each form against the oracle: the plain
+// step's reads-ahead instances (vLLM rows and [P, D, S] rows in registers, the
+// narrow and the wide width, bf16 and fp32, with a residual), and the other
+// decode kernels, which all wait first (speculative, staged rows, flags).
+TEST(Cuda, DecodeOverlapForms) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(23);
+  for (const int overlap : {int(SC_OVERLAP_LAUNCH), int(SC_OVERLAP_READS)})
+    for (const auto& [B, D] : {std::pair<int64_t, int64_t>{64, 4096}, {8, 1024}})
+      for (bool vllm : {true, false})
+        for (int form = 0; form < 5; ++form) {
+          const int W = 4;
+          const int64_t P = B + 40;
+          const int S = form == 2 ? W : form == 3 ? W - 2 + 4 : form == 4 ? W + 1 : W - 1;
+          const int64_t T = form == 3 ? 4 : 1;
+          Case c = decode_case(W, B, T, D, S, P, vllm, P + 3);
+          if (form == 1) {  // fp32, a residual, no bias
+            c.act_dtype = c.param_dtype = c.state_dtype = SC_F32;
+            c.residual = true;
+            c.bias = false;
+          }
+          std::vector<int64_t> r(static_cast<size_t>(P));
+          for (int64_t i = 0; i < P; ++i) r[size_t(i)] = i;
+          std::shuffle(r.begin(), r.end(), rng);
+          c.h0_index.assign(r.begin(), r.begin() + B);
+          for (int64_t n = 0; n < B; n += 7) c.h0_index[size_t(n)] = n % 2 ? -1 : c.pad_index;
+          c.ht_index = c.h0_index;
+          if (form == 3)
+            for (int64_t n = 0; n < B; ++n) c.accepted.push_back(1 + int64_t(rng() % uint64_t(T)));
+          if (form == 4)
+            for (int64_t n = 0; n < B; ++n) c.has_h0.push_back(n % 3 != 0);
+          c.overlap = overlap;
+          SCOPED_TRACE("form " + std::to_string(form));
+          EXPECT_CASE(c);
+        }
+}
+
+// The contract of exec.overlap under a race: a chain of decode steps in one
+// stream where each step's x and residual are the previous step's y (written
+// by the kernel right before it), and consecutive steps update two pools in
+// turn (SC_OVERLAP_READS: the previous kernel does not write this step's
+// rows).  Every y and both pools are bitwise those of the chain run without
+// overlap, eagerly and replayed from a CUDA graph; batch 1, 64 and 256 (the
+// wide instance), both row layouts.  A step that read x or its residual
+// before the previous kernel's end would see a stale y.
+TEST(Cuda, DecodeOverlapChain) {
+  REQUIRE_GPU();
+  const int W = 4, S = W - 1, kSteps = 48;
+  const int64_t D = 4096, P = 300;
+  std::mt19937_64 rng(31);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  for (const int64_t N : {1, 64, 256})
+    for (bool vllm : {true, false}) {
+      SCOPED_TRACE("batch " + std::to_string(N) + (vllm ? ", vLLM rows" : ", [P, D, S] rows"));
+      auto bf16 = [&](size_t n, float scale) {
+        std::vector<uint16_t> v(n);
+        for (auto& e : v) e = shortconv::f32_to_bf16(scale * uni(rng));
+        return v;
+      };
+      const size_t xs = size_t(N * D), ps = size_t(P * D * S);
+      const std::vector<uint16_t> x0 = bf16(xs, 1.f), w = bf16(size_t(D * W), 0.3f),
+                                  bias = bf16(size_t(D), 0.1f), pool0 = bf16(2 * ps, 1.f);
+      std::vector<int32_t> idx(size_t(2 * N));  // pool k's rows: idx[k * N + n]
+      for (size_t k = 0; k < 2; ++k) {
+        std::vector<int32_t> r(static_cast<size_t>(P));
+        for (int i = 0; i < int(P); ++i) r[size_t(i)] = i;
+        std::shuffle(r.begin(), r.end(), rng);
+        for (int64_t n = 0; n < N; ++n) idx[k * size_t(N) + size_t(n)] = n % 8 == 7 ? -1 : r[size_t(n)];
+      }
+      void *xb, *wb, *bb, *pb, *ib;
+      CU(cudaMalloc(&xb, xs * 2 * (kSteps + 1)));  // buf[i] = x of step i = y of step i - 1
+      CU(cudaMalloc(&wb, w.size() * 2));
+      CU(cudaMalloc(&bb, bias.size() * 2));
+      CU(cudaMalloc(&pb, pool0.size() * 2));
+      CU(cudaMalloc(&ib, idx.size() * 4));
+      CU(cudaMemcpy(wb, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+      CU(cudaMemcpy(bb, bias.data(), bias.size() * 2, cudaMemcpyHostToDevice));
+      CU(cudaMemcpy(ib, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+      cudaStream_t s;
+      CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      auto buf = [&](int i) { return static_cast<uint16_t*>(xb) + size_t(i) * xs; };
+      auto step_args = [&](int i, int overlap) {
+        sc_conv_args a = shortconv::conv_args();
+        a.width = W;
+        a.activation = SC_ACT_SILU;
+        a.x = shortconv::tensor(buf(i), SC_BF16, {N, 1, D});
+        a.residual = a.x;
+        a.y = shortconv::tensor(buf(i + 1), SC_BF16, {N, 1, D});
+        a.weight = shortconv::tensor(wb, SC_BF16, {D, W});
+        a.bias = shortconv::tensor(bb, SC_BF16, {D});
+        uint16_t* pool = static_cast<uint16_t*>(pb) + size_t(i % 2) * ps;
+        a.initial_state = vllm ? shortconv::tensor(pool, SC_BF16, {P, D, S}, {D * S, 1, D})
+                               : shortconv::tensor(pool, SC_BF16, {P, D, S});
+        a.final_state = a.initial_state;
+        a.initial_state_indices = shortconv::tensor(static_cast<int32_t*>(ib) + (i % 2) * N, SC_I32, {N});
+        a.final_state_indices = a.initial_state_indices;
+        a.exec.backend = SC_BACKEND_CUDA;
+        a.exec.stream = s;
+        a.exec.overlap = overlap;
+        return a;
+      };
+      // The chain's every y and both pools after it.
+      auto chain = [&](int overlap, bool graph) {
+        std::vector<uint16_t> out(xs * (kSteps + 1) + pool0.size());
+        EXPECT_EQ(cudaMemcpy(xb, x0.data(), xs * 2, cudaMemcpyHostToDevice), cudaSuccess);
+        EXPECT_EQ(cudaMemset(buf(1), 0, xs * 2 * kSteps), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(pb, pool0.data(), pool0.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+        cudaGraph_t g = nullptr;
+        if (graph) EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+        for (int i = 0; i < kSteps; ++i) {
+          const sc_conv_args a = step_args(i, overlap);
+          sc_error err{};
+          const sc_status st = sc_forward(&a, &err);
+          EXPECT_EQ(st, SC_OK) << err.message;
+          if (st != SC_OK) break;
+        }
+        if (graph) {
+          EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+          cudaGraphExec_t ge = nullptr;
+          EXPECT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+          EXPECT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+          EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+          cudaGraphExecDestroy(ge);
+          cudaGraphDestroy(g);
+        }
+        EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(out.data(), xb, xs * 2 * (kSteps + 1), cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(out.data() + xs * (kSteps + 1), pb, pool0.size() * 2, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        return out;
+      };
+      const std::vector<uint16_t> want = chain(SC_OVERLAP_NONE, false);
+      EXPECT_NE(std::vector<uint16_t>(want.begin() + std::ptrdiff_t(xs * kSteps),
+                                      want.begin() + std::ptrdiff_t(xs * (kSteps + 1))),
+                std::vector<uint16_t>(xs, 0))
+          << "the last step wrote its y";
+      for (const int overlap : {int(SC_OVERLAP_LAUNCH), int(SC_OVERLAP_READS)})
+        for (bool graph : {false, true})
+          for (int rep = 0; rep < 3; ++rep)
+            EXPECT_TRUE(chain(overlap, graph) == want)
+                << "overlap " << overlap << (graph ? ", graph" : ", eager") << ", repetition " << rep;
+      cudaStreamDestroy(s);
+      cudaFree(xb);
+      cudaFree(wb);
+      cudaFree(bb);
+      cudaFree(pb);
+      cudaFree(ib);
+    }
+}

@@ -271,6 +271,8 @@ std::vector<Row> rows() {
       {"exec.num_threads"});
   add("tile_t -1", DENSE, BOTH, [](Case& c) { c.a.exec.tile_t = -1; }, {"exec.tile_t"});
   add("tile_d -1", DENSE, BOTH, [](Case& c) { c.a.exec.tile_d = -1; }, {"tile_d"});
+  add("overlap 3", DENSE, BOTH, [](Case& c) { c.a.exec.overlap = 3; }, {"exec.overlap"});
+  add("overlap -1", DENSE, BOTH, [](Case& c) { c.a.exec.overlap = -1; }, {"exec.overlap"});
 
   // ---- x ----------------------------------------------------------------------
   add("x absent", DENSE, BOTH, [](Case& c) { c.a.x.ndim = 0; }, {"x"});
