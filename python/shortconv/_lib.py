@@ -159,6 +159,8 @@ _EXEC_OFF = _Args.exec.offset
 _PAD_OFF = _Args.pad_index.offset
 _PAD_PACK = struct.Struct("<q").pack_into  # pad_index, block_size
 _BLOCK_SIZE_OFF = _Args.block_size.offset
+_OVERLAP_OFF = _EXEC_OFF + _Exec.overlap.offset
+_OVERLAP_PACK = struct.Struct("<i").pack_into
 _WORKSPACE_OFF = _EXEC_OFF + _Exec.workspace.offset
 WS_OFF = (ARGS_SIZE + 7) // 8 * 8
 ERR_OFF = WS_OFF + 8
@@ -637,6 +639,11 @@ class Call:
         """The state index that means "no row" besides -1 (an engine's pad slot id)."""
         _PAD_PACK(self.buf, _PAD_OFF, pad)
         self.sig.append(pad)
+
+    def set_overlap(self, overlap):
+        """exec.overlap (sc_overlap: 1 launch, 2 reads): the decode path's kernel may start
+        while the kernel before it in the stream finishes."""
+        _OVERLAP_PACK(self.buf, _OVERLAP_OFF, overlap)
 
     def set_block_size(self, block_size):
         """Prefix caching's block size (block boundaries get state snapshots)."""

@@ -195,15 +195,18 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
                 has_initial_state=None, cache_seqlens=None, pad_slot_id=-1, num_accepted=None,
                 parent_tokens=None, block_table=None, initial_block=None, final_block=None,
                 first_block=None, computed_tokens=None, block_size=0,
-                where="shortconv.causal_conv1d_update", one_token=False):
+                where="shortconv.causal_conv1d_update", one_token=False, overlap=0):
     """y [like x]; cache (a state [N, D, S] or pool [P, D, S]) updated in place.
     has_initial_state [N] (false: zero state read), cache_seqlens [N] (ring rows),
     pad_slot_id, num_accepted [N] (speculative rows), parent_tokens [N, M] (tree drafts),
     block_table [N, M] with initial_block / final_block [N] (rows through a table) and
     first_block / computed_tokens [N] with block_size (prefix-caching snapshots):
     docs/semantics.md section 5.  one_token: x, residual (and y) are [N, D], one token per
-    sequence, described to the library as [N, 1, D] (no view made)."""
+    sequence, described to the library as [N, 1, D] (no view made).  overlap: exec.overlap
+    (0 none, 1 launch, 2 reads)."""
     c = Call(where, x, _width(weight), -1, activation, _CACHE_NAMES)
+    if overlap:
+        c.set_overlap(overlap)
     x_layout = c.set_tokens("x", x) if one_token else c.set("x", x)
     c.set("weight", weight)
     if bias is not None:
@@ -522,22 +525,23 @@ if HAS_CUSTOM_OPS:
                "Tensor? has_initial_state, Tensor? cache_seqlens, int pad_slot_id, "
                "Tensor? num_accepted=None, Tensor? parent_tokens=None, "
                "Tensor? block_table=None, Tensor? initial_block=None, Tensor? final_block=None, "
-               "Tensor? first_block=None, Tensor? computed_tokens=None, int block_size=0) "
-               "-> Tensor")  # (the serving arguments default to absent: the older schema's calls)
+               "Tensor? first_block=None, Tensor? computed_tokens=None, int block_size=0, "
+               "int overlap=0) -> Tensor")  # (the serving arguments and overlap default to
+    # absent: the older schemas' calls)
     def _update_op(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
                    has_initial_state, cache_seqlens, pad_slot_id, num_accepted=None,
                    parent_tokens=None, block_table=None, initial_block=None, final_block=None,
-                   first_block=None, computed_tokens=None, block_size=0):
+                   first_block=None, computed_tokens=None, block_size=0, overlap=0):
         return update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
                            has_initial_state, cache_seqlens, pad_slot_id, num_accepted,
                            parent_tokens, block_table, initial_block, final_block, first_block,
-                           computed_tokens, block_size)
+                           computed_tokens, block_size, overlap=overlap)
 
     @_update_op.register_fake
     def _update_fake(x, cache, weight, bias, residual, cache_indices, cu_seqlens, activation,
                      has_initial_state, cache_seqlens, pad_slot_id, num_accepted=None,
                      parent_tokens=None, block_table=None, initial_block=None, final_block=None,
-                     first_block=None, computed_tokens=None, block_size=0):
+                     first_block=None, computed_tokens=None, block_size=0, overlap=0):
         return like_x(x)
 
 else:

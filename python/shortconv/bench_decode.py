@@ -16,7 +16,9 @@ Reported per case, all measured in the same run:
   replayed on the same rows would run from L2),
   the floor (bytes of x, y and the state entries read and written over the copy bandwidth
   of this run) and the fraction of it, and an "empty" kernel's GPU time from a graph of 100
-  launches of the smallest kernel torch launches (a one-element ``add_``), with the ratio.
+  launches of the smallest kernel torch launches (a one-element ``add_``), with the ratio;
+  and the same graph with ``overlap="reads"`` (each step launched to overlap the one before
+  it, which updates another copy's pool: the argument's contract), with its ratio.
 
 Then the host path of one step (host_path: batch 8, one token, 1+3 tokens for the
 speculative row; D = 4096 on a GPU, D = 16 on the CPU, where torch.mul of a larger x
@@ -181,9 +183,9 @@ def run(device, budget, copy_GBps, dtype=torch.bfloat16, cases=None, out=print):
             "eager = back-to-back calls, torch_op = torch.mul(x, x) on the step's x%s"
             % (W, POOL, PAD_EVERY, "; GPU us from a CUDA graph of %d steps, empty kernel "
                "%.2f us" % (GRAPH_CALLS, empty["empty_us"]) if empty else ""))
-        out("%-5s %5s %2s %5s | %9s %9s %6s | %8s %8s %5s %7s" % (
+        out("%-5s %5s %2s %5s | %9s %9s %6s | %8s %8s %5s %7s | %8s %7s" % (
             "rows", "D", "T", "batch", "eager us", "torch op", "ratio", "GPU us", "floor us",
-            "frac", "/empty"))
+            "frac", "/empty", "reads us", "/empty"))
     for layout, D, T, batch in cases or default_cases():
         x, pool, kw, nbytes = make_step(layout, D, T, batch, dtype, device)
         step = lambda: shortconv.causal_conv1d_update(x, pool, **kw)  # noqa: E731
@@ -197,22 +199,29 @@ def run(device, budget, copy_GBps, dtype=torch.bfloat16, cases=None, out=print):
             # between two steps of one layer); as the CLI's decode bench.
             pool_bytes = pool.numel() * pool.element_size()
             ncopy = max(1, min(GRAPH_COPIES, -(-ROTATE_BYTES // pool_bytes)))
-            steps = [step]
+            copies = [(x, pool, kw)]
             for i in range(1, ncopy):
                 xi, pi, kwi, _ = make_step(layout, D, T, batch, dtype, device, seed=i)
-                steps.append((lambda a, b, k: lambda: shortconv.causal_conv1d_update(a, b, **k))(
-                    xi, pi, kwi))
+                copies.append((xi, pi, kwi))
+
+            def steps_of(**more):
+                return [(lambda a, b, k: lambda: shortconv.causal_conv1d_update(a, b, **k))(
+                    a, b, dict(k, **more)) for a, b, k in copies]
             r["graph_copies"] = ncopy
-            r["gpu_us"] = graph_us(steps)
+            r["gpu_us"] = graph_us(steps_of())
             r["floor_us"] = nbytes / (copy_GBps * 1e3)
             r["frac"] = r["floor_us"] / r["gpu_us"]
             r["per_empty"] = r["gpu_us"] / empty["empty_us"]
+            if ncopy >= 2:  # (the step before must not write this step's pool)
+                r["reads_gpu_us"] = graph_us(steps_of(overlap="reads"))
+                r["reads_per_empty"] = r["reads_gpu_us"] / empty["empty_us"]
         r.update(empty)
         results.append(r)
         if out:
-            gpu = ("%8.2f %8.2f %5.2f %7.2f" % (r["gpu_us"], r["floor_us"], r["frac"],
-                                                r["per_empty"]) if device == "cuda"
-                   else "%8s %8s %5s %7s" % ("-", "-", "-", "-"))
+            gpu = ("%8.2f %8.2f %5.2f %7.2f | %8.2f %7.2f" % (
+                r["gpu_us"], r["floor_us"], r["frac"], r["per_empty"],
+                r.get("reads_gpu_us", float("nan")), r.get("reads_per_empty", float("nan")))
+                   if device == "cuda" else "%8s %8s %5s %7s | %8s %7s" % (("-",) * 6))
             out("%-5s %5d %2d %5d | %9.1f %9.1f %6.2f | %s" % (
                 layout, D, T, batch, r["eager_us"], r["torch_op_us"], r["eager_per_torch_op"],
                 gpu))

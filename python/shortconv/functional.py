@@ -33,6 +33,18 @@ _grad_enabled = torch.is_grad_enabled
 # The defaults of causal_conv1d_update's block_size and pad_slot_id, compared by identity on
 # the fast path (another object equal to them, 0.0 or numpy's 0, takes the checked path).
 _NO_BLOCKS, _NO_PAD = 0, -1
+_OVERLAP_CODES = {None: 0, "none": 0, "launch": 1, "reads": 2}  # sc_overlap
+
+
+def overlap_code_of(overlap, where):
+    """sc_overlap's value for causal_conv1d_update's ``overlap`` argument."""
+    code = _OVERLAP_CODES.get(overlap) if isinstance(overlap, (str, type(None))) else None
+    if code is None:
+        raise ValueError("%s: overlap: expected None, 'none', 'launch' or 'reads', got %r"
+                         % (where, overlap))
+    return code
+
+
 _increment_version = _ops._increment_version
 
 
@@ -206,7 +218,8 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
                          cache_indices=None, cu_seqlens=None, has_initial_state=None,
                          cache_seqlens=None, pad_slot_id=-1, num_accepted=None,
                          parent_tokens=None, block_table=None, initial_block=None,
-                         final_block=None, first_block=None, computed_tokens=None, block_size=0):
+                         final_block=None, first_block=None, computed_tokens=None, block_size=0,
+                         overlap=None):
     """Decode step: new tokens for N sequences; ``cache`` updated in place.
 
     Returns ``(y, cache)`` like FLA's causal_conv1d_update.  Not differentiable
@@ -251,6 +264,15 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             the chunk's first absolute position computed_tokens[n] and, at every block
             boundary (a multiple of block_size) strictly inside the chunk, the state so far
             written to row block_table[n, first_block[n] + k] (k-th boundary).
+        overlap: None (or 'none'), 'launch' or 'reads' (the C ABI's exec.overlap; CUDA,
+            compute capability 9.0 and newer, the decode path's kernels; results never
+            depend on it).  'launch': the step's kernel starts while the kernel before it
+            in the stream finishes and waits for it before touching memory, which hides
+            the launch latency (programmatic dependent launch; in a CUDA graph too).
+            'reads': it may also read cache, cache_indices, weight and bias before that
+            wait, so the kernel right before it must not write them (an engine's input
+            projection, which writes x, may precede it; the previous layer's step on
+            another cache too).  Every output is written after the wait.
 
     The state addressing and the serving steps are docs/semantics.md section 5.
     """
@@ -260,7 +282,7 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             and cache_seqlens is None and parent_tokens is None and block_table is None
             and initial_block is None and final_block is None and first_block is None
             and computed_tokens is None and block_size is _NO_BLOCKS and pad_slot_id is _NO_PAD
-            and not _ops.use_custom_op()):
+            and overlap is None and not _ops.use_custom_op()):
         y = _fast.update_fast(x, cache, weight, bias, cache_indices, num_accepted, activation)
         if y is not None:
             return y, cache
@@ -308,6 +330,7 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
         raise TypeError("%s: block_size: expected an int, got %r" % (where, block_size))
     if isinstance(pad_slot_id, bool) or not isinstance(pad_slot_id, int):
         raise TypeError("%s: pad_slot_id: expected an int, got %r" % (where, pad_slot_id))
+    overlap_code = overlap_code_of(overlap, where)
     if residual is not None and residual.shape != x.shape:
         raise invalid(where, "residual: expected x's shape %s, got %s"
                       % (list(x.shape), list(residual.shape)))
@@ -344,12 +367,13 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
                                                      has_initial_state, cache_seqlens, pad_slot_id,
                                                      num_accepted, parent_tokens, block_table,
                                                      initial_block, final_block, first_block,
-                                                     computed_tokens, block_size)
+                                                     computed_tokens, block_size, overlap_code)
     else:  # (no autograd involved: y is allocated with torch.empty_like, the rest is ctypes)
         y = _ops.update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act,
                              has_initial_state, cache_seqlens, pad_slot_id, num_accepted,
                              parent_tokens, block_table, initial_block, final_block, first_block,
-                             computed_tokens, block_size, one_token=one_token)
+                             computed_tokens, block_size, one_token=one_token,
+                             overlap=overlap_code)
         # The library wrote cache behind autograd's back: bump its version, as
         # every in-place op does, so a backward through a graph that saved
         # cache (e.g. as an initial_state) fails loudly instead of using the

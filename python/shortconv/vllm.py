@@ -215,7 +215,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
                          conv_state_indices=None, num_accepted_tokens=None, query_start_loc=None,
                          max_query_len=-1, pad_slot_id=PAD_SLOT_ID,
                          block_idx_last_scheduled_token=None, initial_state_idx=None,
-                         retrieve_parent_token=None, validate_data=False):
+                         retrieve_parent_token=None, validate_data=False, *, overlap=None):
     """Decode step: out[..., t] = act(bias + sum_k weight[:, k] * u[:, q_t(k)]); rows in place.
 
     u = the state row's window ++ the step's tokens; q_t(k) = the W-1 positions before token
@@ -244,6 +244,9 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
             (both or none): conv_state_indices is then the block table [batch, blocks], the
             state is read from the row of initial_state_idx and written to the row of
             block_idx_last_scheduled_token.
+        overlap: shortconv's own (keyword only; vLLM has no such argument): None, 'launch'
+            or 'reads', the decode kernel launched to overlap the kernel before it in the
+            stream (shortconv.causal_conv1d_update's ``overlap``).
     Returns out, x's shape, dtype and layout.
     """
     # The common step (no query_start_loc, tree, prefix caching or other pad id; x of
@@ -252,7 +255,8 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
     native = _fast._native
     if (native is not None and query_start_loc is None and retrieve_parent_token is None
             and block_idx_last_scheduled_token is None and initial_state_idx is None
-            and (pad_slot_id is None or pad_slot_id == -1) and not _ops.use_custom_op()):
+            and (pad_slot_id is None or pad_slot_id == -1) and overlap is None
+            and not _ops.use_custom_op()):
         act = _FAST_ACT.get(activation) if type(activation) in (bool, str, type(None)) else None
         if act is not None:
             try:
@@ -263,6 +267,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
             if y is not None:
                 return y
     where = "shortconv.vllm.causal_conv1d_update"
+    _F.overlap_code_of(overlap, where)  # (checked here to carry this function's name)
     apc = ((block_idx_last_scheduled_token is not None or initial_state_idx is not None)
            and _prefix_caching(where, (("block_idx_last_scheduled_token",
                                         block_idx_last_scheduled_token),
@@ -302,7 +307,8 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
         y, _ = _F.causal_conv1d_update(xs, cache, weight=weight, bias=bias, activation=activation,
                                        cache_indices=conv_state_indices, cu_seqlens=query_start_loc,
                                        num_accepted=num_accepted_tokens,
-                                       parent_tokens=retrieve_parent_token, **extra)
+                                       parent_tokens=retrieve_parent_token, overlap=overlap,
+                                       **extra)
     except ShortConvError as e:
         raise _vllm_names(e, _UPDATE_NAMES) from None
     if y.dim() == 3:

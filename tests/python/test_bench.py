@@ -173,6 +173,8 @@ def test_bench_decode_cuda_smoke():
         assert r["gpu_us"] > 0 and r["empty_us"] > 0 and r["empty_call_us"] > 0
         assert r["floor_us"] == r["bytes"] / 1e6 and r["frac"] == r["floor_us"] / r["gpu_us"]
         assert r["per_empty"] == r["gpu_us"] / r["empty_us"]
+        assert r["graph_copies"] >= 2 and r["reads_gpu_us"] > 0  # (tiny pools: 4 copies)
+        assert r["reads_per_empty"] == r["reads_gpu_us"] / r["empty_us"]
     host = bench_decode.host_path("cuda", 0.01, torch.bfloat16, D=64, batch=8, out=None)
     for r in host:  # on a GPU the eager calls beside the host path
         assert r["host_path"]["ours_us"] > 0 and r["eager"]["ours_us"] > 0

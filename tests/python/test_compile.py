@@ -48,6 +48,11 @@ def test_opcheck(packed):
                           (torch.randn(2, 1, 3), pool, d["weight"], None, None,
                            torch.tensor([4, -1]), None, 0, None, None, -1, None, None, None, None,
                            None, None, None, 0))
+    # exec.overlap (the schema's last argument; ignored on the host)
+    torch.library.opcheck(torch.ops.shortconv.causal_conv1d_update.default,
+                          (torch.randn(2, 1, 3), pool.clone(), d["weight"], None, None,
+                           torch.tensor([4, -1]), None, 0, None, None, -1, None, None, None, None,
+                           None, None, None, 0, 2))
     # state addressing: flags, ring rows, a pad slot id
     torch.library.opcheck(torch.ops.shortconv.causal_conv1d_update.default,
                           (torch.randn(3, 2, 3), pool.clone(), d["weight"], d["bias"], None,
@@ -199,8 +204,10 @@ def test_inductor_fullgraph():
 
 
 @pytest.mark.skipif(TORCH_VERSION < (2, 4), reason="inductor with custom ops")
-def test_inductor_decode_mutates_the_pool():
-    """The in-place update through inductor (auto-functionalized, then re-inplaced)."""
+@pytest.mark.parametrize("overlap", [None, "reads"])
+def test_inductor_decode_mutates_the_pool(overlap):
+    """The in-place update through inductor (auto-functionalized, then re-inplaced); overlap
+    travels through the custom op (ignored on the host)."""
     torch._dynamo.reset()
     torch.manual_seed(76)
     D, W = 8, 4
@@ -209,7 +216,7 @@ def test_inductor_decode_mutates_the_pool():
 
     def step(x, pool):
         return shortconv.causal_conv1d_update(x, pool, weight=w, activation="silu",
-                                              cache_indices=idx)[0]
+                                              cache_indices=idx, overlap=overlap)[0]
 
     cstep = torch.compile(step, fullgraph=True)
     pool_c = torch.randn(4, D, W)

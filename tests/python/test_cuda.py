@@ -251,6 +251,62 @@ def test_cuda_graph_decode_replay():
         assert torch.equal(pool, pool_eager)
 
 
+@pytest.mark.parametrize("overlap", ["launch", "reads"])
+@pytest.mark.parametrize("api", ["core", "vllm"])
+def test_overlapped_decode_chain_in_a_graph(overlap, api):
+    """Steps launched to overlap the kernel before them, where that kernel wrote their x (each
+    step's x is the previous step's y) and consecutive steps update two pools in turn (the
+    contract of 'reads'): eager and replayed from a CUDA graph, bitwise the chain without
+    overlap.  bf16, W = 4, raw taps: the plain step's kernels (batch 1 and 64, both row
+    layouts through the vLLM drop-in's channel-contiguous pool)."""
+    D, W, P, steps = 1024, 4, 80, 24
+    g0 = torch.Generator().manual_seed(5)
+    w = (0.3 * torch.randn(D, W, generator=g0)).bfloat16().cuda()
+    b = (0.1 * torch.randn(D, generator=g0)).bfloat16().cuda()
+    for N in (1, 64):
+        pools0 = [torch.randn(P, D, W - 1, generator=g0).bfloat16().cuda() for _ in range(2)]
+        if api == "vllm":  # vLLM's pools: the feature dim contiguous
+            pools0 = [p.transpose(1, 2).contiguous().transpose(1, 2) for p in pools0]
+        idx = [torch.randperm(P, generator=g0)[:N].cuda() for _ in range(2)]
+        x0 = torch.randn(N, D, generator=g0).bfloat16().cuda()
+
+        def chain(pools, xs, ov):
+            for i in range(steps):
+                if api == "core":
+                    y, _ = shortconv.causal_conv1d_update(xs[i], pools[i % 2], weight=w, bias=b,
+                                                          activation="silu",
+                                                          cache_indices=idx[i % 2], overlap=ov)
+                else:
+                    y = shortconv.vllm.causal_conv1d_update(xs[i], pools[i % 2], w, b, True,
+                                                            idx[i % 2].int(), overlap=ov)
+                xs[i + 1].copy_(y)  # (a copy kernel: y's writer is the step right before)
+            return xs, pools
+
+        def fresh():
+            xs = [x0.clone()] + [torch.zeros_like(x0) for _ in range(steps)]
+            return xs, [p.clone() for p in pools0]
+
+        want_x, want_p = chain(*fresh(), None)
+        got_x, got_p = chain(*fresh(), overlap)
+        torch.cuda.synchronize()
+        assert all(torch.equal(a, b) for a, b in zip(got_x, want_x)), "eager, batch %d" % N
+        assert all(torch.equal(a, b) for a, b in zip(got_p, want_p)), "eager, batch %d" % N
+        xs, pools = fresh()
+        _warmup(lambda: chain([p.clone() for p in pools], [x.clone() for x in xs], overlap))
+        xs, pools = fresh()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            chain(pools, xs, overlap)
+        for _ in range(2):
+            fx, fp = fresh()
+            for a, f in zip(xs + pools, fx + fp):
+                a.copy_(f)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert all(torch.equal(a, b) for a, b in zip(xs, want_x)), "graph, batch %d" % N
+            assert all(torch.equal(a, b) for a, b in zip(pools, want_p)), "graph, batch %d" % N
+
+
 # ---- torch.compile -------------------------------------------------------------------
 @pytest.mark.skipif(not shortconv.HAS_CUSTOM_OPS, reason="custom ops need torch >= 2.4")
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])

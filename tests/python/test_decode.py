@@ -113,3 +113,39 @@ def test_update_of_a_graph_tensor_invalidates_its_backward():
                                    weight=p["weight"].detach())
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+@pytest.mark.parametrize("overlap", ["none", "launch", "reads"])
+def test_overlap_changes_no_result(overlap):
+    """overlap only decides how a CUDA kernel is launched: every value gives the results of
+    the call without it (host backends ignore it; the CUDA runs are in test_cuda.py), through
+    the core and the vLLM drop-in."""
+    W, D, P = 4, 16, 9
+    g = torch.Generator().manual_seed(3)
+    pool = torch.randn(P, D, W - 1, generator=g)
+    w, b = torch.randn(D, W, generator=g), torch.randn(D, generator=g)
+    x = torch.randn(5, D, generator=g)
+    idx = torch.tensor([3, -1, 0, 8, 5])
+    p0, p1 = pool.clone(), pool.clone()
+    y0, _ = shortconv.causal_conv1d_update(x, p0, weight=w, bias=b, activation="silu",
+                                           cache_indices=idx)
+    y1, _ = shortconv.causal_conv1d_update(x, p1, weight=w, bias=b, activation="silu",
+                                           cache_indices=idx, overlap=overlap)
+    assert torch.equal(y0, y1) and torch.equal(p0, p1)
+    p2 = pool.clone()
+    y2 = shortconv.vllm.causal_conv1d_update(x, p2, w, b, "silu", idx.int(), overlap=overlap)
+    assert torch.equal(y2, y0) and torch.equal(p2, p0)
+
+
+@pytest.mark.parametrize("bad", ["ahead", "", 1, True, 2.0])
+def test_overlap_rejects_unknown_values(bad):
+    D, W = 8, 4
+    pool = torch.randn(3, D, W - 1)
+    before = pool.clone()
+    with pytest.raises(ValueError, match="causal_conv1d_update: overlap: expected None"):
+        shortconv.causal_conv1d_update(torch.randn(2, D), pool, weight=torch.randn(D, W),
+                                       cache_indices=torch.tensor([0, 2]), overlap=bad)
+    with pytest.raises(ValueError, match="vllm.causal_conv1d_update: overlap"):
+        shortconv.vllm.causal_conv1d_update(torch.randn(2, D), pool, torch.randn(D, W),
+                                            overlap=bad)
+    assert torch.equal(pool, before)  # nothing written

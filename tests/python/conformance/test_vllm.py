@@ -122,8 +122,11 @@ def test_causal_conv1d_varlen(batch, with_padding, dim, seqlen, width, has_bias,
 
 
 # ---- the rest of vLLM's documented arguments --------------------------------------------
-def _params(fn):
-    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+def _params(fn, keyword_only=False):
+    """(name, default) of fn's parameters that vLLM's function has (positional or keyword),
+    or with keyword_only those after a bare * (shortconv's own additions)."""
+    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()
+            if (p.kind == inspect.Parameter.KEYWORD_ONLY) == keyword_only]
 
 
 def test_signatures_are_vllm_s():
@@ -140,6 +143,9 @@ def test_signatures_are_vllm_s():
         ("conv_state_indices", None), ("num_accepted_tokens", None), ("query_start_loc", None),
         ("max_query_len", -1), ("pad_slot_id", -1), ("block_idx_last_scheduled_token", None),
         ("initial_state_idx", None), ("retrieve_parent_token", None), ("validate_data", False)]
+    # shortconv's one addition, keyword only so that no positional call of vLLM's changes
+    assert _params(vllm.causal_conv1d_fn, True) == []
+    assert _params(vllm.causal_conv1d_update, True) == [("overlap", None)]
 
 
 def _decode_case(device, B=4, D=16, W=4, S=3, P=9, T=None, dtype=torch.float32, seed=13):
