@@ -40,6 +40,7 @@ _I0, _IT = _OFF["initial_state_indices"], _OFF["final_state_indices"]
 _ACC = _OFF["num_accepted"]
 _DY, _DX, _DW, _DB = _OFF["dy"], _OFF["dx"], _OFF["dweight"], _OFF["dbias"]
 _INT32_MAX = _lib.INT32_MAX
+_OVERLAP_PACK, _OVERLAP_OFF = _lib._OVERLAP_PACK, _lib._OVERLAP_OFF
 _ACTIVATIONS = _ops._ACTIVATIONS
 _CACHE_NAMES = _ops._CACHE_NAMES
 _Tensor = torch.Tensor
@@ -55,11 +56,12 @@ _CONV = "shortconv.causal_conv1d"
 _CONV_BWD = "shortconv.causal_conv1d (backward)"
 
 
-def update_fast(x, cache, weight, bias, cache_indices, num_accepted, activation):
+def update_fast(x, cache, weight, bias, cache_indices, num_accepted, activation, overlap=0):
     """update_impl(x, cache, weight, bias, None, cache_indices, None, act,
-    num_accepted=num_accepted) of the common decode step -- x [N, D] (one token per
-    sequence, described as [N, 1, D]) or [N, T, D] with D = weight.shape[0]: y (cache
-    updated in place, its version bumped), or None when it is not that case."""
+    num_accepted=num_accepted, overlap=overlap) of the common decode step -- x [N, D] (one
+    token per sequence, described as [N, 1, D]) or [N, T, D] with D = weight.shape[0]: y
+    (cache updated in place, its version bumped), or None when it is not that case.
+    overlap: exec.overlap's code (0, 1, 2)."""
     try:
         act = _ACTIVATIONS[activation]
     except (KeyError, TypeError):
@@ -67,7 +69,7 @@ def update_fast(x, cache, weight, bias, cache_indices, num_accepted, activation)
     if type(x) is not _Tensor:  # (before reading its device)
         return None
     if _native is not None:
-        y = _native.update(x, cache, weight, bias, cache_indices, num_accepted, act)
+        y = _native.update(x, cache, weight, bias, cache_indices, num_accepted, act, overlap)
         if y is not None:
             return y
     buf, base = _take()
@@ -106,6 +108,8 @@ def update_fast(x, cache, weight, bias, cache_indices, num_accepted, activation)
         ad = _describe(buf, _ACC, num_accepted, INDEX_CODES, cuda)
         if ad is None:
             return _give_back(buf, base)
+    if overlap:
+        _OVERLAP_PACK(buf, _OVERLAP_OFF, overlap)
     y = _empty_like(x)  # (x's strides when x is dense: _layout.like_x)
     ys = y.stride()
     if nd == 2:

@@ -310,7 +310,7 @@ bool zero_padded_rows_on_host(at::Tensor& y, const at::Tensor& idx) {
 // y, or None.
 py::object update_impl(py::handle x, py::handle cache, py::handle weight, py::handle bias,
                        py::handle cache_indices, py::handle num_accepted, int activation,
-                       unsigned flags) {
+                       unsigned flags, int overlap = SC_OVERLAP_NONE) {
   const int cuda_index = call_device(x.ptr());
   if (cuda_index == -2) return py::none();
   sc_conv_args a = lib->tmpl;
@@ -377,6 +377,7 @@ py::object update_impl(py::handle x, py::handle cache, py::handle weight, py::ha
       describe(a.num_accepted, num_accepted.ptr(), cuda_index, true) == nullptr)
     return py::none();
   exec_fields(a.exec, cuda_index);
+  a.exec.overlap = overlap;  // (checked by the library: a bad value is its error)
   at::Tensor y;  // x's strides when x is dense (_layout.like_x)
   if (nd == 2) {
     y = at::empty_like(*xt);
@@ -420,17 +421,19 @@ py::object update_impl(py::handle x, py::handle cache, py::handle weight, py::ha
 }
 
 py::object update(py::handle x, py::handle cache, py::handle weight, py::handle bias,
-                  py::handle cache_indices, py::handle num_accepted, int activation) {
-  return update_impl(x, cache, weight, bias, cache_indices, num_accepted, activation, 0);
+                  py::handle cache_indices, py::handle num_accepted, int activation,
+                  int overlap) {
+  return update_impl(x, cache, weight, bias, cache_indices, num_accepted, activation, 0,
+                     overlap);
 }
 
 // vllm.causal_conv1d_update's call of the core without query_start_loc, trees, prefix
 // caching or another pad id: x [N, D] or [N, D, T] of conv_state's dtype.
 py::object update_vllm(py::handle x, py::handle conv_state, py::handle weight,
                        py::handle bias, py::handle indices, py::handle num_accepted,
-                       int activation) {
+                       int activation, int overlap) {
   return update_impl(x, conv_state, weight, bias, indices, num_accepted, activation,
-                     num_accepted.is_none() ? kVllm : kVllmSpeculative);
+                     num_accepted.is_none() ? kVllm : kVllmSpeculative, overlap);
 }
 
 // ShortConvolution.forward's decode step without autograd: x [N, 1, D], cache [N, D, S],

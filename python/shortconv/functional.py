@@ -34,6 +34,7 @@ _grad_enabled = torch.is_grad_enabled
 # the fast path (another object equal to them, 0.0 or numpy's 0, takes the checked path).
 _NO_BLOCKS, _NO_PAD = 0, -1
 _OVERLAP_CODES = {None: 0, "none": 0, "launch": 1, "reads": 2}  # sc_overlap
+_OVERLAP_FAST = {"none": 0, "launch": 1, "reads": 2}  # (strings: `in` on a dict hashes them)
 
 
 def overlap_code_of(overlap, where):
@@ -282,8 +283,10 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             and cache_seqlens is None and parent_tokens is None and block_table is None
             and initial_block is None and final_block is None and first_block is None
             and computed_tokens is None and block_size is _NO_BLOCKS and pad_slot_id is _NO_PAD
-            and overlap is None and not _ops.use_custom_op()):
-        y = _fast.update_fast(x, cache, weight, bias, cache_indices, num_accepted, activation)
+            and (overlap is None or (type(overlap) is str and overlap in _OVERLAP_FAST))
+            and not _ops.use_custom_op()):
+        y = _fast.update_fast(x, cache, weight, bias, cache_indices, num_accepted, activation,
+                              0 if overlap is None else _OVERLAP_FAST[overlap])
         if y is not None:
             return y, cache
     where = "shortconv.causal_conv1d_update"

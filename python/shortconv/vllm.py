@@ -255,13 +255,15 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None,
     native = _fast._native
     if (native is not None and query_start_loc is None and retrieve_parent_token is None
             and block_idx_last_scheduled_token is None and initial_state_idx is None
-            and (pad_slot_id is None or pad_slot_id == -1) and overlap is None
+            and (pad_slot_id is None or pad_slot_id == -1)
+            and (overlap is None or (type(overlap) is str and overlap in _F._OVERLAP_FAST))
             and not _ops.use_custom_op()):
         act = _FAST_ACT.get(activation) if type(activation) in (bool, str, type(None)) else None
         if act is not None:
             try:
                 y = native.update_vllm(x, conv_state, weight, bias, conv_state_indices,
-                                       num_accepted_tokens, act)
+                                       num_accepted_tokens, act,
+                                       0 if overlap is None else _F._OVERLAP_FAST[overlap])
             except ShortConvError as e:
                 raise _vllm_names(e, _UPDATE_NAMES) from None
             if y is not None:

@@ -61,6 +61,7 @@ Args make_args(const Problem& p, const Plan& pl, void* workspace) {
   a.D = p.D;
   a.N = p.N;
   a.packed = p.packed;
+  a.overlap = pl.overlap;
   a.x = dt(p.x);
   a.weight = dt(p.weight);
   a.bias = dt(p.bias);

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
-  overlap_wait();  // (sc_exec.overlap: every access to memory after the previous kernel's end)
+  overlap_wait(a);  // (sc_exec.overlap: every access to memory after the previous kernel's end)
   const int W = a.W;
   const int kpad = RAW ? 0 : WMAX - W;  // taps below kpad are padding, never multiplied
   const Seq q = seq_of(a, n);
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
-  if constexpr (!AHEAD) overlap_wait();
+  if constexpr (!AHEAD) overlap_wait(a);
   // the first round trip: the indices as loaded, then what does not depend on them
   const int64_t ri = a.h0.p && a.h0_idx.p ? ld_index(a.h0_idx, n) : n;
   const int64_t ro = a.ht.p && a.ht_idx.p ? ld_index(a.ht_idx, n) : n;
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   for (int i = 0; i < H; ++i) win[i] = h0 ? ldp<T, CH>(h0 + (S - H + i) * sh) : P::zero();
   if constexpr (AHEAD) {
     // (rows longer than H are moved below, after the wait: loads of a rare form)
-    overlap_wait();
+    overlap_wait(a);
     xv = ldp<T, CH>(xp);
     rv = decode_residual<T, CH>(a, n, 0, d0);
   }
@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
-  if constexpr (!AHEAD) overlap_wait();  // (sc_exec.overlap: see common.cuh)
+  if constexpr (!AHEAD) overlap_wait(a);  // (sc_exec.overlap: see common.cuh)
   const Seq q = PLAIN ? Seq{n, 0, 1, 0, false} : seq_of(a, n);
   RawTaps<T, WMAX, CH> taps;
   P x0 = P::zero(), rv0 = P::zero();  // PLAIN: the token's x and residual, loaded first
@@ -367,7 +367,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
 #pragma unroll
   for (int i = 0; i < B::kVecs; ++i) blk.v[i] = h0 ? ldp<T, B::kPer>(reinterpret_cast<const T*>(h0 + i)) : Vec::zero();
   if constexpr (AHEAD) {
-    overlap_wait();
+    overlap_wait(a);
     x0 = ldp<T, CH>(xp0);
     rv0 = decode_residual<T, CH>(a, n, 0, d0);
   }

@@ -262,7 +262,7 @@ def test_overlapped_decode_chain_in_a_graph(overlap, api):
     D, W, P, steps = 1024, 4, 80, 24
     g0 = torch.Generator().manual_seed(5)
     w = (0.3 * torch.randn(D, W, generator=g0)).bfloat16().cuda()
-    b = (0.1 * torch.randn(D, generator=g0)).bfloat16().cuda()
+    bias = (0.1 * torch.randn(D, generator=g0)).bfloat16().cuda()
     for N in (1, 64):
         pools0 = [torch.randn(P, D, W - 1, generator=g0).bfloat16().cuda() for _ in range(2)]
         if api == "vllm":  # vLLM's pools: the feature dim contiguous
@@ -270,14 +270,14 @@ def test_overlapped_decode_chain_in_a_graph(overlap, api):
         idx = [torch.randperm(P, generator=g0)[:N].cuda() for _ in range(2)]
         x0 = torch.randn(N, D, generator=g0).bfloat16().cuda()
 
-        def chain(pools, xs, ov):
+        def chain(xs, pools, ov):
             for i in range(steps):
                 if api == "core":
-                    y, _ = shortconv.causal_conv1d_update(xs[i], pools[i % 2], weight=w, bias=b,
-                                                          activation="silu",
+                    y, _ = shortconv.causal_conv1d_update(xs[i], pools[i % 2], weight=w,
+                                                          bias=bias, activation="silu",
                                                           cache_indices=idx[i % 2], overlap=ov)
                 else:
-                    y = shortconv.vllm.causal_conv1d_update(xs[i], pools[i % 2], w, b, True,
+                    y = shortconv.vllm.causal_conv1d_update(xs[i], pools[i % 2], w, bias, True,
                                                             idx[i % 2].int(), overlap=ov)
                 xs[i + 1].copy_(y)  # (a copy kernel: y's writer is the step right before)
             return xs, pools
@@ -292,11 +292,11 @@ def test_overlapped_decode_chain_in_a_graph(overlap, api):
         assert all(torch.equal(a, b) for a, b in zip(got_x, want_x)), "eager, batch %d" % N
         assert all(torch.equal(a, b) for a, b in zip(got_p, want_p)), "eager, batch %d" % N
         xs, pools = fresh()
-        _warmup(lambda: chain([p.clone() for p in pools], [x.clone() for x in xs], overlap))
+        _warmup(lambda: chain([x.clone() for x in xs], [p.clone() for p in pools], overlap))
         xs, pools = fresh()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            chain(pools, xs, overlap)
+            chain(xs, pools, overlap)
         for _ in range(2):
             fx, fp = fresh()
             for a, f in zip(xs + pools, fx + fp):

@@ -120,6 +120,12 @@ def _decode_case(name, device, dtype=torch.float32):
     elif name == "fp16":
         x, cache = x.half(), cache.half()
         kw["weight"], kw["bias"] = kw["weight"].half(), kw["bias"].half()
+    elif name == "overlap reads":
+        kw["overlap"] = "reads"
+    elif name == "overlap launch, speculative":
+        x, cache = rnd(N, 4, D), rnd(P, W - 2 + 4, D).transpose(1, 2)
+        kw["num_accepted"] = torch.tensor([1, 2, 3, 4, 1], dtype=torch.int32, device=device)
+        kw["overlap"] = "launch"
     # not for the one-pass path (functional.py's views, serving arguments):
     elif name == "FLA [1, N, D]":
         x, cache = rnd(1, N, D), rnd(N, D, W)
@@ -134,7 +140,8 @@ def _decode_case(name, device, dtype=torch.float32):
 
 
 ONE_PASS = ["pool rows", "vllm rows", "speculative", "x a slice", "no indices, no bias, S = W",
-            "int64 indices, parameters, no activation", "T tokens, swish", "fp16"]
+            "int64 indices, parameters, no activation", "T tokens, swish", "fp16",
+            "overlap reads", "overlap launch, speculative"]
 GENERAL = ["FLA [1, N, D]", "heads [N, H, Dh]", "has_initial_state", "lazily negated x"]
 
 
@@ -260,6 +267,8 @@ def _peer_case(name, device):
         args[1] = rnd(P, W + 2, D).transpose(1, 2)
     elif name == "vllm no indices, no bias, no activation":
         args[3:6] = None, None, None
+    elif name == "vllm overlap reads":  # (shortconv's keyword: exec.overlap)
+        kw["overlap"] = "reads"
     elif name == "vllm x [N, D, T] a slice, fp16":  # token-major underneath, as vLLM's
         x = rnd(N, 2, 3 * D, dtype=torch.float16)[:, :, D:2 * D].transpose(1, 2)
         args[:4] = x, vpool.half(), w.half(), b.half()
@@ -295,6 +304,7 @@ def _peer_case(name, device):
 
 PEER_ONE_PASS = ["vllm pool rows", "vllm speculative", "vllm rows longer than W-1",
                  "vllm no indices, no bias, no activation", "vllm x [N, D, T] a slice, fp16",
+                 "vllm overlap reads",
                  "dao pool rows", "dao x [N, D, T]", "dao no indices", "module step",
                  "module step, no bias"]
 PEER_GENERAL = ["vllm x of another dtype", "vllm query_start_loc", "dao cache_seqlens",
