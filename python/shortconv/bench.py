@@ -511,6 +511,9 @@ def main(argv=None):
             step = dict(D=D, batch=B)
         rows = bench_decode.run(device, budget, bw, dtype, cases=cases,
                                 out=None if a.json else print)
+        proj = None
+        if device == "cuda" and not a.shape:
+            proj = bench_decode.after_projection(dtype, out=None if a.json else print)
         host = None
         if not a.no_overhead:
             host = bench_decode.host_path(device, budget, dtype, out=None if a.json else print,
@@ -518,7 +521,7 @@ def main(argv=None):
         if a.json:
             print(json.dumps(dict(device=device, torch=torch.__version__, copy_GBps=bw,
                                   library=shortconv.library_path, decode=rows,
-                                  decode_host_path=host), indent=1))
+                                  decode_after_projection=proj, decode_host_path=host), indent=1))
         return 0
     devname = torch.cuda.get_device_name() if device == "cuda" else "cpu (%d threads)" % (
         torch.get_num_threads())

@@ -20,6 +20,13 @@ Reported per case, all measured in the same run:
   and the same graph with ``overlap="reads"`` (each step launched to overlap the one before
   it, which updates another copy's pool: the argument's contract), with its ratio.
 
+Then (CUDA; after_projection) each step right after the kernel that writes its x, as in an
+engine, where the input projection x = h @ P_in runs just before the convolution: graphs of
+100 (projection, step) pairs against graphs of the projections alone, per overlap mode, and
+the same with the smallest kernel in place of the step; marginal = (pairs - projections) /
+100, the GPU time a step adds to the layer.  batch 1, 8, 64, one token, D = 4096, h of 2048
+features, bf16.
+
 Then the host path of one step (host_path: batch 8, one token, 1+3 tokens for the
 speculative row; D = 4096 on a GPU, D = 16 on the CPU, where torch.mul of a larger x
 computes for longer than its host path) through each entry point -- shortconv.causal_conv1d_update,
@@ -113,6 +120,52 @@ def graph_us(fn, reps=20):
         e1.synchronize()
         t.append(e0.elapsed_time(e1) * 1e3 / GRAPH_CALLS)
     return statistics.median(t)
+
+
+def after_projection(dtype=torch.bfloat16, D=4096, H=2048, batches=(1, 8, 64), out=print):
+    """The decode step after the projection that writes its x (module docstring): a list of
+    result dicts (and a table via out).  CUDA only."""
+    device = "cuda"
+    g = torch.Generator(device=device).manual_seed(7)
+    proj = torch.randn(H, D, generator=g, dtype=dtype, device=device) / H ** 0.5
+    tiny = torch.zeros(1, device=device)
+    results = []
+    if out:
+        out("\nafter the projection that writes x (x = h @ P, h [batch, %d], P [%d, %d]): GPU us per "
+            "(projection, step) pair beyond the projection alone, graphs of %d pairs; the step with "
+            "overlap none / launch / reads, and the smallest kernel (empty) in its place"
+            % (H, H, D, GRAPH_CALLS))
+        out("%-5s %5s %5s | %8s | %7s | %7s %7s %7s | %7s" % (
+            "rows", "D", "batch", "proj us", "+empty", "+none", "+launch", "+reads", "reads/e"))
+    for layout in ("vllm", "rows"):
+        for batch in batches:
+            _, pool, kw, _ = make_step(layout, D, 1, batch, dtype, device)
+            pool_bytes = pool.numel() * pool.element_size()
+            ncopy = max(2, min(GRAPH_COPIES, -(-ROTATE_BYTES // pool_bytes)))
+            copies = [make_step(layout, D, 1, batch, dtype, device, seed=i) for i in range(ncopy)]
+            hs = [torch.randn(batch, H, generator=g, dtype=dtype, device=device) for _ in copies]
+            xs = [c[0][:, 0] for c in copies]  # [batch, D] views of each copy's x
+
+            def pairs(step_of):
+                fns = []
+                for i, (x, p, k, _) in enumerate(copies):
+                    fns.append((lambda h, xo, st: lambda: (torch.mm(h, proj, out=xo), st()))(
+                        hs[i], xs[i], step_of(xs[i], p, k)))
+                return fns
+            alone = graph_us(pairs(lambda x, p, k: (lambda: None)))
+            r = dict(rows=layout, D=D, batch=batch, H=H, projection_us=alone,
+                     empty_us=graph_us(pairs(lambda x, p, k: (lambda: tiny.add_(0)))) - alone)
+            for mode in ("none", "launch", "reads"):
+                r[mode + "_us"] = graph_us(pairs(
+                    lambda x, p, k, mode=mode: (lambda: shortconv.causal_conv1d_update(
+                        x, p, overlap=mode, **k)))) - alone
+            r["reads_per_empty"] = r["reads_us"] / r["empty_us"]
+            results.append(r)
+            if out:
+                out("%-5s %5d %5d | %8.2f | %7.2f | %7.2f %7.2f %7.2f | %7.2f" % (
+                    layout, D, batch, alone, r["empty_us"], r["none_us"], r["launch_us"],
+                    r["reads_us"], r["reads_per_empty"]))
+    return results
 
 
 def _against_mul(m):

@@ -175,6 +175,12 @@ def test_bench_decode_cuda_smoke():
         assert r["per_empty"] == r["gpu_us"] / r["empty_us"]
         assert r["graph_copies"] >= 2 and r["reads_gpu_us"] > 0  # (tiny pools: 4 copies)
         assert r["reads_per_empty"] == r["reads_gpu_us"] / r["empty_us"]
+    proj = bench_decode.after_projection(torch.bfloat16, D=256, H=64, batches=(1,), out=None)
+    assert [(r["rows"], r["batch"]) for r in proj] == [("vllm", 1), ("rows", 1)]
+    for r in proj:  # marginal times: differences of two graph timings (may be near zero)
+        assert r["projection_us"] > 0 and all(
+            math.isfinite(r[k]) for k in ("empty_us", "none_us", "launch_us", "reads_us"))
+        assert r["reads_per_empty"] == r["reads_us"] / r["empty_us"]
     host = bench_decode.host_path("cuda", 0.01, torch.bfloat16, D=64, batch=8, out=None)
     for r in host:  # on a GPU the eager calls beside the host path
         assert r["host_path"]["ours_us"] > 0 and r["eager"]["ours_us"] > 0
