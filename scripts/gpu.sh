@@ -172,7 +172,7 @@ if [ -s "$LOG/bench.json" ]; then
   python3 - "$LOG/bench.json" "$LOG/bench_base.json" <<'EOF'
 import json, os, sys
 d = json.load(open(sys.argv[1]))
-base = {}
+base, b = {}, None
 if os.path.exists(sys.argv[2]) and os.path.getsize(sys.argv[2]):
     b = json.load(open(sys.argv[2]))
     base = {(r.get("shape"), r.get("dtype"), r.get("layout"), r.get("W")): r for r in b.get("results", [])}
@@ -197,7 +197,7 @@ if d.get("decode"):
           f"{d.get('empty_kernel_overlap_us') or 0:.2f}, index then load {d.get('index_round_trip_overlap_us') or 0:.2f}, "
           f"read ahead {d.get('ahead_round_trip_overlap_us') or 0:.2f} us")
     bdec = {}
-    if base:
+    if b:  # (a baseline benched in this run)
         bdec = {(r["rows"], r["D"], r["T"], r["batch"]): r for r in b.get("decode", [])}
     print(f"{'rows':5} {'D':>5} {'T':>2} {'batch':>5} {'us':>8} {'/empty':>7} {'frac':>5} {'eager us':>9} "
           f"{'launch':>7} {'reads':>7} {'/empty':>7} {'base us':>8}")

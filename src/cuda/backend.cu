@@ -61,7 +61,6 @@ Args make_args(const Problem& p, const Plan& pl, void* workspace) {
   a.D = p.D;
   a.N = p.N;
   a.packed = p.packed;
-  a.overlap = pl.overlap;
   a.x = dt(p.x);
   a.weight = dt(p.weight);
   a.bias = dt(p.bias);
@@ -137,7 +136,7 @@ sc_status run(const Problem& p, sc_error* err) {
                 (long long)pl.grid_y, path_name(path));
   const Args a = make_args(p, pl, p.exec.workspace);
   Launch l{static_cast<cudaStream_t>(p.exec.stream)};
-  l.overlap = pl.overlap;
+  l.overlap = pl.overlap != SC_OVERLAP_NONE;
   const cudaError_t e = p.dir == Dir::fwd ? launch_fwd(p, pl, a, &l) : launch_bwd(p, pl, a, &l);
   if (l.missing)
     return fail(err, SC_ERR_BACKEND,

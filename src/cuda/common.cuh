@@ -38,7 +38,6 @@ struct Args {
   int state_io;             // decode: how state rows are accessed (plan.hpp StateIo)
   int64_t B, T, D, N;       // x viewed [B, T, D]; packed: B == 1, T = total
   bool packed;
-  bool overlap;             // decode: launched to overlap the previous kernel (Plan::overlap)
   int64_t pad_index;        // a state index meaning "no row", besides -1
   DTensor h0_idx, ht_idx, h0, ht;  // state rows: [N] pool indices (absent: row n), pools
   DTensor has_h0, ring;     // state addressing: [N] flags, [N] ring offsets
@@ -177,25 +176,25 @@ __device__ __forceinline__ void load_taps_newest_first(const DTensor& w, const D
 // sc_exec.overlap (programmatic dependent launch, sm_90 and newer).  A kernel
 // launched with the attribute (Launch::overlap) may start while the kernel
 // before it in the stream still runs.  overlap_wait() returns once that kernel
-// has completed and its writes are visible (at once for a kernel launched
-// without the attribute), then lets the kernel after this one start early.
-// Released only after the wait: a kernel that starts early then finds every
-// kernel before its immediate predecessor complete, so reads it issues before
-// its own wait race with that predecessor alone (SC_OVERLAP_READS' contract).
-// Compiled out below sm_90, where the launcher never attaches the attribute
-// (it checks the kernel's PTX version, not only the device's).
+// has completed and its writes are visible, then lets the kernel after this
+// one start early.  Released only after the wait: a kernel that starts early
+// then finds every kernel before its immediate predecessor complete, so reads
+// it issues before its own wait race with that predecessor alone
+// (SC_OVERLAP_READS' contract).  Compiled out below sm_90, where the launcher
+// never attaches the attribute (it checks the kernel's PTX version, not only
+// the device's).  Kernels take it through a template parameter (kOverlap*):
+// the instances of plain launches hold none of it, main's code instruction
+// for instruction.  (Compiled into every launch, executed or behind a branch
+// on an argument, it cost the steps of plain launches 5-7%: H200 and H100,
+// 2026-12-06, bench/RESULTS.md.)
+constexpr int kOverlapNone = SC_OVERLAP_NONE;      // a plain launch
+constexpr int kOverlapLaunch = SC_OVERLAP_LAUNCH;  // waits before its first access to memory
+constexpr int kOverlapReads = SC_OVERLAP_READS;    // reads its rows, indices and taps first
 __device__ __forceinline__ void overlap_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-}
-// The same for a kernel of the library: only when its launch overlaps
-// (Args::overlap).  Executed unconditionally, the two instructions made the
-// speculative decode steps ~5% slower in plain launches (H200, 2026-12-06,
-// batch 1-8, 1+3 tokens: 2.94 -> 3.11 us), though no kernel waited on them.
-__device__ __forceinline__ void overlap_wait(const Args& a) {
-  if (a.overlap) overlap_wait();
 }
 
 __device__ __forceinline__ int64_t ld_index(const DTensor& t, int64_t i) {

@@ -295,7 +295,6 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (decode_min_blocks<T, 
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
-  overlap_wait(a);  // (sc_exec.overlap: every access to memory after the previous kernel's end)
   const int W = a.W, kpad = WMAX - W;
   const RuntimeAct<MathOf<T>> act{a.act};
   const A scale = A(act.scale());  // exact: 1, or 0.5 for a tanh form (core/activation.hpp)

@@ -71,7 +71,9 @@ __device__ __forceinline__ void linear_sum(const Taps& taps, const Pack<T, CH> (
 }
 
 // RAW: the taps as RawTaps (the plan's raw_taps: W = kVecWmax), else AccTaps.
-template <class T, int CH, bool RAW>
+// OV: kOverlapLaunch (raw taps only; the plan's overlap) waits for the
+// previous kernel before its first access to memory (common.cuh).
+template <class T, int CH, bool RAW, int OV = kOverlapNone>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, RAW>()))
     fwd_decode_linear(const Args a) {
   using A = acc_t<T>;
@@ -80,7 +82,8 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
-  overlap_wait(a);  // (sc_exec.overlap: every access to memory after the previous kernel's end)
+  static_assert(OV == kOverlapNone || OV == kOverlapLaunch, "no reads ahead in this kernel");
+  if constexpr (OV == kOverlapLaunch) overlap_wait();
   const int W = a.W;
   const int kpad = RAW ? 0 : WMAX - W;  // taps below kpad are padding, never multiplied
   const Seq q = seq_of(a, n);
@@ -161,14 +164,13 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
 // cycles are ~850 on its two loads, ~440 on constant-cache misses of the
 // argument block, ~380 on instruction-cache misses, the rest dependent issue.
 //
-// AHEAD (the plan's reads_ahead, SC_OVERLAP_READS): launched while the
-// previous kernel finishes, the step issues its indices, taps, bias and row
-// before overlap_wait(), so that the parameter reads, the instruction fetch
-// and both of those round trips overlap that kernel; x and the residual,
-// which it may write, are loaded after the wait, and every store follows it.
-// What is left after the previous kernel's end is one round trip (x), the
-// sum and the stores.
-template <class T, int CH, bool AHEAD>
+// OV (the plan's overlap, common.cuh): kOverlapLaunch waits for the previous
+// kernel first.  kOverlapReads (SC_OVERLAP_READS) issues the indices, taps,
+// bias and row before overlap_wait(), so that the parameter reads, the
+// instruction fetch and both of those round trips may overlap that kernel;
+// x and the residual, which it may write, are loaded after the wait, and
+// every store follows it.
+template <class T, int CH, int OV>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, true>()))
     fwd_decode_plain(const Args a) {
   using A = acc_t<T>;
@@ -177,7 +179,8 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
-  if constexpr (!AHEAD) overlap_wait(a);
+  constexpr bool AHEAD = OV == kOverlapReads;
+  if constexpr (OV == kOverlapLaunch) overlap_wait();
   // the first round trip: the indices as loaded, then what does not depend on them
   const int64_t ri = a.h0.p && a.h0_idx.p ? ld_index(a.h0_idx, n) : n;
   const int64_t ro = a.ht.p && a.ht_idx.p ? ld_index(a.ht_idx, n) : n;
@@ -197,7 +200,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   for (int i = 0; i < H; ++i) win[i] = h0 ? ldp<T, CH>(h0 + (S - H + i) * sh) : P::zero();
   if constexpr (AHEAD) {
     // (rows longer than H are moved below, after the wait: loads of a rare form)
-    overlap_wait(a);
+    overlap_wait();
     xv = ldp<T, CH>(xp);
     rv = decode_residual<T, CH>(a, n, 0, d0);
   }
@@ -316,10 +319,10 @@ constexpr int rows_min_blocks() {
 // not wait on a row index (both indices, x, taps, bias, residual) issued
 // before the first index is compared: 272 instructions of SASS against 624
 // (bf16, narrow, S = W-1); H100, 2026-12-06, D = 4096: batch 1 2.38 -> 2.10 us,
-// batch 256 7.74 -> 7.34.  AHEAD (PLAIN only; the plan's reads_ahead): as in
-// fwd_decode_plain, the indices, taps, bias and the row block are loaded
-// before overlap_wait(), x and the residual after it.
-template <class T, int CH, int S_, bool SPEC, bool PLAIN, bool AHEAD = false>
+// batch 256 7.74 -> 7.34.  OV (PLAIN only; the plan's overlap): as in
+// fwd_decode_plain; under kOverlapReads the indices, taps, bias and the row
+// block are loaded before overlap_wait(), x and the residual after it.
+template <class T, int CH, int S_, bool SPEC, bool PLAIN, int OV = kOverlapNone>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH, S_, SPEC>()))
     fwd_decode_linear_rows(const Args a) {
   using A = acc_t<T>;
@@ -329,12 +332,13 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
   static_assert(S_ >= H, "the row holds the window");
   static_assert(!SPEC || S_ > H, "a speculative row holds drafts");
   static_assert(!(SPEC && PLAIN), "the plain step is one token without accepted counts");
-  static_assert(!AHEAD || PLAIN, "reads ahead of the wait: the plain step's instance only");
+  static_assert(OV == kOverlapNone || PLAIN, "overlapped launches: the plain step's instances only");
+  constexpr bool AHEAD = OV == kOverlapReads;
   constexpr int LT = SPEC ? S_ - H + 1 : 0;  // speculative: tokens placed at compile-time entries
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
-  if constexpr (!AHEAD) overlap_wait(a);  // (sc_exec.overlap: see common.cuh)
+  if constexpr (OV == kOverlapLaunch) overlap_wait();
   const Seq q = PLAIN ? Seq{n, 0, 1, 0, false} : seq_of(a, n);
   RawTaps<T, WMAX, CH> taps;
   P x0 = P::zero(), rv0 = P::zero();  // PLAIN: the token's x and residual, loaded first
@@ -367,7 +371,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
 #pragma unroll
   for (int i = 0; i < B::kVecs; ++i) blk.v[i] = h0 ? ldp<T, B::kPer>(reinterpret_cast<const T*>(h0 + i)) : Vec::zero();
   if constexpr (AHEAD) {
-    overlap_wait(a);
+    overlap_wait();
     x0 = ldp<T, CH>(xp0);
     rv0 = decode_residual<T, CH>(a, n, 0, d0);
   }
@@ -465,11 +469,17 @@ cudaError_t launch_rows_in_registers(const Problem& p, const Plan& pl, const Arg
       default: return l->no_instance("decode, speculative rows in registers (S - (W-1) in 1..4)");
     }
   }
-  if (pl.plain_step && pl.reads_ahead) {
+  if (pl.plain_step && pl.overlap == kOverlapReads) {
     if (pl.row_regs == H)
-      return l->main(SC_ROWS_NAME("plain, reads ahead, S = W-1"), fwd_decode_linear_rows<T, CH, H, false, true, true>, pl, a);
+      return l->main(SC_ROWS_NAME("plain, reads ahead, S = W-1"), fwd_decode_linear_rows<T, CH, H, false, true, kOverlapReads>, pl, a);
     if (pl.row_regs == H + 1)
-      return l->main(SC_ROWS_NAME("plain, reads ahead, S = W"), fwd_decode_linear_rows<T, CH, H + 1, false, true, true>, pl, a);
+      return l->main(SC_ROWS_NAME("plain, reads ahead, S = W"), fwd_decode_linear_rows<T, CH, H + 1, false, true, kOverlapReads>, pl, a);
+  }
+  if (pl.plain_step && pl.overlap == kOverlapLaunch) {
+    if (pl.row_regs == H)
+      return l->main(SC_ROWS_NAME("plain, overlapped, S = W-1"), fwd_decode_linear_rows<T, CH, H, false, true, kOverlapLaunch>, pl, a);
+    if (pl.row_regs == H + 1)
+      return l->main(SC_ROWS_NAME("plain, overlapped, S = W"), fwd_decode_linear_rows<T, CH, H + 1, false, true, kOverlapLaunch>, pl, a);
   }
   if (pl.plain_step) {
     if (pl.row_regs == H)
@@ -501,20 +511,29 @@ cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a
         if (pl.ch == kNarrow) return launch_rows_in_registers<T, kNarrow>(p, pl, a, l);
         return l->no_instance("decode, rows in registers");
       }
+      // (the plan's overlap: a plain step's mode, or kOverlapLaunch for raw taps' other steps)
       if (pl.ch == kWide) {
-        if (pl.plain_step && pl.reads_ahead)
-          return l->main("fwd_decode_plain(reads ahead)", fwd_decode_plain<T, kWide, true>, pl, a);
+        if (pl.plain_step && pl.overlap == kOverlapReads)
+          return l->main("fwd_decode_plain(reads ahead)", fwd_decode_plain<T, kWide, kOverlapReads>, pl, a);
+        if (pl.plain_step && pl.overlap == kOverlapLaunch)
+          return l->main("fwd_decode_plain(overlapped)", fwd_decode_plain<T, kWide, kOverlapLaunch>, pl, a);
         if (pl.plain_step)
-          return l->main("fwd_decode_plain", fwd_decode_plain<T, kWide, false>, pl, a);
+          return l->main("fwd_decode_plain", fwd_decode_plain<T, kWide, kOverlapNone>, pl, a);
+        if (pl.raw_taps && pl.overlap == kOverlapLaunch)
+          return l->main("fwd_decode_linear(channel rows, raw taps, overlapped)", fwd_decode_linear<T, kWide, true, kOverlapLaunch>, pl, a);
         if (pl.raw_taps)
           return l->main("fwd_decode_linear(channel rows, raw taps)", fwd_decode_linear<T, kWide, true>, pl, a);
         return l->main("fwd_decode_linear(channel rows)", fwd_decode_linear<T, kWide, false>, pl, a);
       }
       if (pl.ch == kNarrow) {
-        if (pl.plain_step && pl.reads_ahead)
-          return l->main("fwd_decode_plain(narrow, reads ahead)", fwd_decode_plain<T, kNarrow, true>, pl, a);
+        if (pl.plain_step && pl.overlap == kOverlapReads)
+          return l->main("fwd_decode_plain(narrow, reads ahead)", fwd_decode_plain<T, kNarrow, kOverlapReads>, pl, a);
+        if (pl.plain_step && pl.overlap == kOverlapLaunch)
+          return l->main("fwd_decode_plain(narrow, overlapped)", fwd_decode_plain<T, kNarrow, kOverlapLaunch>, pl, a);
         if (pl.plain_step)
-          return l->main("fwd_decode_plain(narrow)", fwd_decode_plain<T, kNarrow, false>, pl, a);
+          return l->main("fwd_decode_plain(narrow)", fwd_decode_plain<T, kNarrow, kOverlapNone>, pl, a);
+        if (pl.raw_taps && pl.overlap == kOverlapLaunch)
+          return l->main("fwd_decode_linear(narrow, channel rows, raw taps, overlapped)", fwd_decode_linear<T, kNarrow, true, kOverlapLaunch>, pl, a);
         if (pl.raw_taps)
           return l->main("fwd_decode_linear(narrow, channel rows, raw taps)", fwd_decode_linear<T, kNarrow, true>, pl, a);
         return l->main("fwd_decode_linear(narrow, channel rows)", fwd_decode_linear<T, kNarrow, false>, pl, a);

@@ -82,8 +82,9 @@ struct Launch {
   const char* kernel = "?";
   bool missing = false;
   // Launch with programmatic stream serialization (sc_exec.overlap), for
-  // kernels that call overlap_wait() before their first access to memory
-  // the previous kernel may write or read: the decode path's.  Attached only
+  // the overlapped instances (Plan::overlap), which call overlap_wait()
+  // before their first access to memory the previous kernel may write or
+  // read (or, reading ahead, before any that it may write).  Attached only
   // to code compiled for sm_90 or newer (its PTX version: code compiled for
   // an older target and JIT-compiled for this device has no wait).
   bool overlap = false;

@@ -251,8 +251,10 @@ void plan_decode(const Problem& p, int sms, Plan* pl) {
     pl->row_regs = p.S;
   pl->plain_step = (pl->raw_taps || pl->row_regs > 0) && !p.packed && p.T == 1 && !p.ring &&
                    !p.table && !p.has_h0 && !p.accepted && !p.parents && !p.seq_idx;
-  pl->overlap = p.exec.overlap != SC_OVERLAP_NONE;
-  pl->reads_ahead = pl->plain_step && p.exec.overlap == SC_OVERLAP_READS;
+  // exec.overlap: the kernels with overlapped instances (decode_linear.cu)
+  const bool vllm_linear = pl->raw_taps && pl->row_regs == 0 && !p.parents;
+  if (pl->plain_step) pl->overlap = p.exec.overlap;
+  else if (vllm_linear && p.exec.overlap != SC_OVERLAP_NONE) pl->overlap = SC_OVERLAP_LAUNCH;
   pl->block_x = DecodeTraits::kThreads;
   pl->grid_x = p.N;
   pl->grid_y = ceil_div(p.D, int64_t(DecodeTraits::kThreads) * pl->ch);

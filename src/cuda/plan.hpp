@@ -67,10 +67,10 @@ struct Plan {
                             // one token per sequence of a dense batch, no ring offsets, block
                             // tables, flags or accepted counts (fwd_decode_plain; the rows
                             // kernel's PLAIN instance)
-  bool overlap = false;      // decode: launched to overlap the previous kernel's end (sc_exec.overlap
-                            // LAUNCH or READS; every decode kernel waits before touching memory)
-  bool reads_ahead = false; // a plain step under SC_OVERLAP_READS: the instance that reads its rows,
-                            // indices, taps and bias before that wait (x and residual after it)
+  int overlap = SC_OVERLAP_NONE;  // decode: the instance's sc_exec.overlap mode, launched to overlap the
+                            // previous kernel: a plain step's (none, launch or reads), or launch for
+                            // the other steps on vLLM rows with raw taps (fwd_decode_linear's); none
+                            // for every other kernel, which launches as usual
   int row_regs = 0;         // decode on [P, D, S] rows: S (W-1 or W; speculative (W-1) + K), the
                             // row's entries held in registers (a linear step with raw taps,
                             // wide or narrow instance); 0: staged

@@ -653,26 +653,35 @@ TEST(CudaPlan, PlainDecodeStep) {
     EXPECT_TRUE(rows.plain_step) << "[P, D, S] rows of W-1 entries";
     EXPECT_EQ(rows.row_regs, 3);
     EXPECT_FALSE(plan_for(step(B, 1, true, SC_F32), Path::decode, 132).plain_step) << "no raw taps";
-    // exec.overlap: every decode kernel is launched to overlap; the plain step
-    // alone reads ahead of the wait, and only when the caller allows it
-    EXPECT_FALSE(pl.overlap || pl.reads_ahead);
+    // exec.overlap: the plain step's instances take the mode asked for; the other
+    // steps on vLLM rows with raw taps wait first (launch); every other kernel,
+    // and every other path, launches as usual
+    EXPECT_EQ(pl.overlap, SC_OVERLAP_NONE);
     for (bool vllm : {true, false}) {
-      Problem q = step(B, 1, vllm);
-      q.exec.overlap = SC_OVERLAP_LAUNCH;
-      Plan o = plan_for(q, Path::decode, 132);
-      EXPECT_TRUE(o.overlap && o.plain_step && !o.reads_ahead);
-      q.exec.overlap = SC_OVERLAP_READS;
-      o = plan_for(q, Path::decode, 132);
-      EXPECT_TRUE(o.overlap && o.plain_step && o.reads_ahead);
-      q = step(B, 2, vllm);
-      q.exec.overlap = SC_OVERLAP_READS;
-      o = plan_for(q, Path::decode, 132);
-      EXPECT_TRUE(o.overlap && !o.plain_step && !o.reads_ahead) << "two tokens";
-      q = step(B, DecodeTraits::kMaxTokens + 1, vllm);  // a prefill: the tiled paths launch as usual
-      q.exec.overlap = SC_OVERLAP_READS;
-      ASSERT_NE(choose_path(q), Path::decode);
-      o = plan_for(q, choose_path(q), 132);
-      EXPECT_FALSE(o.overlap || o.reads_ahead) << "prefill";
+      const char* rows_name = vllm ? "vLLM rows" : "[P, D, S] rows";
+      for (int mode : {int(SC_OVERLAP_LAUNCH), int(SC_OVERLAP_READS)}) {
+        Problem q = step(B, 1, vllm);
+        q.exec.overlap = mode;
+        const Plan o = plan_for(q, Path::decode, 132);
+        EXPECT_TRUE(o.plain_step);
+        EXPECT_EQ(o.overlap, mode) << rows_name;
+        q = step(B, 2, vllm);  // two tokens: not a plain step
+        q.exec.overlap = mode;
+        EXPECT_EQ(plan_for(q, Path::decode, 132).overlap, vllm ? SC_OVERLAP_LAUNCH : SC_OVERLAP_NONE)
+            << "two tokens, " << rows_name;
+        q = step(B, 1, vllm);
+        q.exec.overlap = mode;
+        q.has_h0.present = true;  // flags: not a plain step
+        EXPECT_EQ(plan_for(q, Path::decode, 132).overlap, vllm ? SC_OVERLAP_LAUNCH : SC_OVERLAP_NONE)
+            << "flags, " << rows_name;
+        q.has_h0.present = false;
+        q.parents.present = true;  // a tree: decode.cu's kernel
+        EXPECT_EQ(plan_for(q, Path::decode, 132).overlap, SC_OVERLAP_NONE) << "tree, " << rows_name;
+        q = step(B, DecodeTraits::kMaxTokens + 1, vllm);  // a prefill: the tiled paths
+        q.exec.overlap = mode;
+        ASSERT_NE(choose_path(q), Path::decode);
+        EXPECT_EQ(plan_for(q, choose_path(q), 132).overlap, SC_OVERLAP_NONE) << "prefill";
+      }
     }
     for (int extra = 0; extra < 12; ++extra) {
       Problem q = step(B, 1, extra < 6);  // vLLM rows, then [P, D, S] rows
