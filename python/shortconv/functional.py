@@ -266,8 +266,8 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             boundary (a multiple of block_size) strictly inside the chunk, the state so far
             written to row block_table[n, first_block[n] + k] (k-th boundary).
         overlap: None (or 'none'), 'launch' or 'reads' (the C ABI's exec.overlap; CUDA,
-            compute capability 9.0 and newer, the decode path's kernels; results never
-            depend on it).  'launch': the step's kernel starts while the kernel before it
+            compute capability 9.0 and newer, the common steps' kernels: docs/layouts.md
+            "Serving steps"; results never depend on it).  'launch': the step's kernel starts while the kernel before it
             in the stream finishes and waits for it before touching memory, which hides
             the launch latency (programmatic dependent launch; in a CUDA graph too).
             'reads': it may also read cache, cache_indices, weight and bias before that
