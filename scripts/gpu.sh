@@ -164,7 +164,7 @@ grep -hE 'ERROR SUMMARY|Race reports|RACECHECK SUMMARY' "$LOG/memcheck.log" "$LO
 [ -s "$LOG/ncu_decode.txt" ] && grep -E 'fwd_decode|inst_executed|warps_launched|duration|ratio' "$LOG/ncu_decode.txt" | sed 's/  */ /g' 
 tail -n 1 "$LOG/pyconform.log" "$LOG/pytest.log" 2>/dev/null
 [ -s "$LOG/pybench.log" ] && tail -n 22 "$LOG/pybench.log"
-[ -s "$LOG/pydecode.log" ] && tail -n 44 "$LOG/pydecode.log"  # the table and the host-path rows
+[ -s "$LOG/pydecode.log" ] && tail -n 95 "$LOG/pydecode.log"  # the tables and the host-path rows
 [ -s "$LOG/pyhost_ctypes.log" ] && tail -n 12 "$LOG/pyhost_ctypes.log"
 [ -s "$LOG/pydecode_ctypes.log" ] && tail -n 16 "$LOG/pydecode_ctypes.log"
 [ -s "$LOG/cpuisa.log" ] && grep -E '^== |copy|GB/s|^ *(dense|packed|long|small)|tests|PASSED|FAILED' "$LOG/cpuisa.log" | head -60

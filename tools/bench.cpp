@@ -497,7 +497,10 @@ int bench_main(int argc, char** argv) {
       print_decode_row(run.results.back(), ds, clock.copy_GBps, run);
     });
     for (const DecodeResult& r : decode.results) any_error = any_error || !r.error.empty();
-    if (!st.json && ds.device) print_decode_copies(decode, clock.copy_GBps);
+    if (!st.json && ds.device) {
+      print_decode_overlap(decode, clock.copy_GBps);
+      print_decode_copies(decode, clock.copy_GBps);
+    }
   }
   if (st.json) print_json(results, st, clock.copy_GBps, sec.decode ? &decode : nullptr);
   return any_error ? 1 : 0;

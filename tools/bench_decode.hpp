@@ -62,6 +62,8 @@ DecodeRun bench_decode(const DecodeSettings& st, const Timing& pol, const Clock&
 void print_decode_header(const DecodeSettings& st, double copy_GBps, const DecodeRun& run);
 void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double copy_GBps,
                       const DecodeRun& run);
+// The overlapped launches of a device run (launch_us, reads_us per case), one table.
+void print_decode_overlap(const DecodeRun& run, double copy_GBps);
 // The copy references of a device run (copy_us per case), one table.
 void print_decode_copies(const DecodeRun& run, double copy_GBps);
 // `"empty_kernel_us": ..., "empty_kernel_call_us": ..., "round_trip_us": ...,

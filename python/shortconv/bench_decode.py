@@ -17,8 +17,9 @@ Reported per case, all measured in the same run:
   the floor (bytes of x, y and the state entries read and written over the copy bandwidth
   of this run) and the fraction of it, and an "empty" kernel's GPU time from a graph of 100
   launches of the smallest kernel torch launches (a one-element ``add_``), with the ratio;
-  and the same graph with ``overlap="reads"`` (each step launched to overlap the one before
-  it, which updates another copy's pool: the argument's contract), with its ratio.
+  then, after every case was timed, the same graphs with ``overlap="reads"`` (each step
+  launched to overlap the one before it, which updates another copy's pool: the argument's
+  contract), with the ratio.
 
 Then (CUDA; after_projection) each step right after the kernel that writes its x, as in an
 engine, where the input projection x = h @ P_in runs just before the convolution: graphs of
@@ -236,9 +237,9 @@ def run(device, budget, copy_GBps, dtype=torch.bfloat16, cases=None, out=print):
             "eager = back-to-back calls, torch_op = torch.mul(x, x) on the step's x%s"
             % (W, POOL, PAD_EVERY, "; GPU us from a CUDA graph of %d steps, empty kernel "
                "%.2f us" % (GRAPH_CALLS, empty["empty_us"]) if empty else ""))
-        out("%-5s %5s %2s %5s | %9s %9s %6s | %8s %8s %5s %7s | %8s %7s" % (
+        out("%-5s %5s %2s %5s | %9s %9s %6s | %8s %8s %5s %7s" % (
             "rows", "D", "T", "batch", "eager us", "torch op", "ratio", "GPU us", "floor us",
-            "frac", "/empty", "reads us", "/empty"))
+            "frac", "/empty"))
     for layout, D, T, batch in cases or default_cases():
         x, pool, kw, nbytes = make_step(layout, D, T, batch, dtype, device)
         step = lambda: shortconv.causal_conv1d_update(x, pool, **kw)  # noqa: E731
@@ -252,30 +253,46 @@ def run(device, budget, copy_GBps, dtype=torch.bfloat16, cases=None, out=print):
             # between two steps of one layer); as the CLI's decode bench.
             pool_bytes = pool.numel() * pool.element_size()
             ncopy = max(1, min(GRAPH_COPIES, -(-ROTATE_BYTES // pool_bytes)))
-            copies = [(x, pool, kw)]
-            for i in range(1, ncopy):
-                xi, pi, kwi, _ = make_step(layout, D, T, batch, dtype, device, seed=i)
-                copies.append((xi, pi, kwi))
-
-            def steps_of(**more):
-                return [(lambda a, b, k: lambda: shortconv.causal_conv1d_update(a, b, **k))(
-                    a, b, dict(k, **more)) for a, b, k in copies]
             r["graph_copies"] = ncopy
-            r["gpu_us"] = graph_us(steps_of())
+            r["gpu_us"] = graph_us(_rotating_steps(layout, D, T, batch, dtype, device, ncopy,
+                                                   (x, pool, kw)))
             r["floor_us"] = nbytes / (copy_GBps * 1e3)
             r["frac"] = r["floor_us"] / r["gpu_us"]
             r["per_empty"] = r["gpu_us"] / empty["empty_us"]
-            if ncopy >= 2:  # (the step before must not write this step's pool)
-                r["reads_gpu_us"] = graph_us(steps_of(overlap="reads"))
-                r["reads_per_empty"] = r["reads_gpu_us"] / empty["empty_us"]
         r.update(empty)
         results.append(r)
         if out:
-            gpu = ("%8.2f %8.2f %5.2f %7.2f | %8.2f %7.2f" % (
-                r["gpu_us"], r["floor_us"], r["frac"], r["per_empty"],
-                r.get("reads_gpu_us", float("nan")), r.get("reads_per_empty", float("nan")))
-                   if device == "cuda" else "%8s %8s %5s %7s | %8s %7s" % (("-",) * 6))
+            gpu = ("%8.2f %8.2f %5.2f %7.2f" % (r["gpu_us"], r["floor_us"], r["frac"],
+                                                r["per_empty"]) if device == "cuda"
+                   else "%8s %8s %5s %7s" % ("-", "-", "-", "-"))
             out("%-5s %5d %2d %5d | %9.1f %9.1f %6.2f | %s" % (
                 layout, D, T, batch, r["eager_us"], r["torch_op_us"], r["eager_per_torch_op"],
                 gpu))
+    if device == "cuda":  # overlapped launches, after every plain timing (as the CLI)
+        if out:
+            out("\nthe same steps with overlap='reads' (GPU us, graphs of %d steps on rotating "
+                "copies; /empty: against the empty kernel above)" % GRAPH_CALLS)
+            out("%-5s %5s %2s %5s | %8s %5s %7s" % ("rows", "D", "T", "batch", "reads us", "frac",
+                                                   "/empty"))
+        for r in results:
+            if r["graph_copies"] < 2:  # (the step before must not write this step's pool)
+                continue
+            steps = _rotating_steps(r["rows"], r["D"], r["T"], r["batch"], dtype, device,
+                                    r["graph_copies"], None, overlap="reads")
+            r["reads_gpu_us"] = graph_us(steps)
+            r["reads_per_empty"] = r["reads_gpu_us"] / empty["empty_us"]
+            if out:
+                out("%-5s %5d %2d %5d | %8.2f %5.2f %7.2f" % (
+                    r["rows"], r["D"], r["T"], r["batch"], r["reads_gpu_us"],
+                    r["floor_us"] / r["reads_gpu_us"], r["reads_per_empty"]))
     return results
+
+
+def _rotating_steps(layout, D, T, batch, dtype, device, ncopy, first, **more):
+    """Callables of one step each on ncopy copies of the case (``first``: copy 0 as made
+    already, or None), with the extra keywords ``more``."""
+    copies = [first or make_step(layout, D, T, batch, dtype, device)[:3]]
+    for i in range(1, ncopy):
+        copies.append(make_step(layout, D, T, batch, dtype, device, seed=i)[:3])
+    return [(lambda a, b, k: lambda: shortconv.causal_conv1d_update(a, b, **k))(
+        a, b, dict(k, **more)) for a, b, k in copies]
