@@ -624,10 +624,6 @@ TEST(Cuda, Over2Pow31Elements) {
   for (void* p : {x, y, dx, dw, db, dw_ws, ws}) cudaFree(p);
 }
 
-#endif  // SHORTCONV_WITH_CUDA
-
-}  // namespace
-
 // exec.overlap on the decode path, each form against the oracle: the plain
 // step's reads-ahead instances (vLLM rows and [P, D, S] rows in registers, the
 // narrow and the wide width, bf16 and fp32, with a residual), and the other
@@ -777,3 +773,7 @@ TEST(Cuda, DecodeOverlapChain) {
       cudaFree(ib);
     }
 }
+
+#endif  // SHORTCONV_WITH_CUDA
+
+}  // namespace
