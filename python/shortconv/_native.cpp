@@ -445,8 +445,8 @@ py::object update_module(py::handle x, py::handle cache, py::handle weight, py::
 
 // dao.causal_conv1d_update's call of the core without cache_seqlens.
 py::object update_dao(py::handle x, py::handle conv_state, py::handle weight, py::handle bias,
-                      py::handle indices, int activation) {
-  return update_impl(x, conv_state, weight, bias, indices, py::none(), activation, kDao);
+                      py::handle indices, int activation, int overlap) {
+  return update_impl(x, conv_state, weight, bias, indices, py::none(), activation, kDao, overlap);
 }
 
 // ---- the convolution of x, weight, bias, cu_seqlens (_fast.plain_call) ------------------

@@ -123,7 +123,7 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
 
 
 def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
-                         conv_state_indices=None):
+                         conv_state_indices=None, *, overlap=None):
     """One decode step: out = act(bias + sum_k weight[:, k] * window[:, k]); conv_state updated.
 
     Without cache_seqlens the state row is shifted: the new row is the last state_len entries
@@ -138,18 +138,26 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
         weight: [dim, width].  bias: [dim] or None.  activation: None, 'silu' or 'swish'.
         cache_seqlens: [batch] int32, tokens already in each ring, or None.
         conv_state_indices: [batch] int32 pool rows; -1 = padding (output 0, state untouched).
+        overlap: shortconv's own (keyword only; causal-conv1d has no such argument): None,
+            'launch' or 'reads', the decode kernel launched to overlap the kernel before it in
+            the stream (shortconv.causal_conv1d_update's ``overlap``).
 
     Returns out, x's shape.  Not differentiable (causal-conv1d's is not either).
     """
     where = "shortconv.dao.causal_conv1d_update"
     _check_activation(activation)
+    ov = 0 if overlap is None else (
+        _F._OVERLAP_FAST.get(overlap) if type(overlap) is str else None)
+    if ov is None:
+        raise _error(where, "overlap: expected None, 'none', 'launch' or 'reads', got %r"
+                     % (overlap,))
     # The common step (no cache_seqlens) in the native module's one pass: the lines below
     # on descriptions instead of views (tests/python/test_fast.py compares both).
     native = _fast._native
     if native is not None and cache_seqlens is None and not _ops.use_custom_op():
         try:
             y = native.update_dao(x, conv_state, weight, bias, conv_state_indices,
-                                  _fast._ACTIVATIONS[activation])
+                                  _fast._ACTIVATIONS[activation], ov)
         except ShortConvError as e:
             raise CausalConv1dError("%s: %s" % (where, e), e.status) from None
         if y is not None:
@@ -164,7 +172,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     try:
         y, _ = _F.causal_conv1d_update(xt, conv_state, weight=weight, bias=bias,
                                        activation=activation, cache_indices=conv_state_indices,
-                                       cache_seqlens=cache_seqlens)
+                                       cache_seqlens=cache_seqlens, overlap=overlap)
     except CausalConv1dError:
         raise
     except ShortConvError as e:

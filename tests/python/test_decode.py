@@ -135,6 +135,9 @@ def test_overlap_changes_no_result(overlap):
     p2 = pool.clone()
     y2 = shortconv.vllm.causal_conv1d_update(x, p2, w, b, "silu", idx.int(), overlap=overlap)
     assert torch.equal(y2, y0) and torch.equal(p2, p0)
+    p3 = pool.clone()  # (causal-conv1d's padded rows: output 0)
+    y3 = shortconv.dao.causal_conv1d_update(x, p3, w, b, "silu", None, idx.int(), overlap=overlap)
+    assert torch.equal(y3, y0.masked_fill((idx < 0).view(-1, 1), 0)) and torch.equal(p3, p0)
 
 
 @pytest.mark.parametrize("bad", ["ahead", "", 1, True, 2.0])
@@ -148,4 +151,8 @@ def test_overlap_rejects_unknown_values(bad):
     with pytest.raises(ValueError, match="vllm.causal_conv1d_update: overlap"):
         shortconv.vllm.causal_conv1d_update(torch.randn(2, D), pool, torch.randn(D, W),
                                             overlap=bad)
+    with pytest.raises(shortconv.dao.CausalConv1dError, match="dao.causal_conv1d_update: .*overlap"):
+        shortconv.dao.causal_conv1d_update(torch.randn(2, D), pool, torch.randn(D, W),
+                                           conv_state_indices=torch.tensor([0, 2], dtype=torch.int32),
+                                           overlap=bad)
     assert torch.equal(pool, before)  # nothing written

@@ -296,6 +296,8 @@ def _peer_case(name, device):
             args[0], args[1] = rnd(N, D, 3), rnd(P, D, W + 1)
         elif name == "dao no indices":
             args[1], args[6] = rnd(N, D, W - 1), None
+        elif name == "dao overlap launch":  # (shortconv's keyword: exec.overlap)
+            kw["overlap"] = "launch"
         elif name == "dao cache_seqlens":
             args[1], args[6] = rnd(N, D, W - 1), None
             args[5] = torch.tensor([0, 1, 2, 0, 5], dtype=torch.int32, device=device)
@@ -305,7 +307,8 @@ def _peer_case(name, device):
 PEER_ONE_PASS = ["vllm pool rows", "vllm speculative", "vllm rows longer than W-1",
                  "vllm no indices, no bias, no activation", "vllm x [N, D, T] a slice, fp16",
                  "vllm overlap reads",
-                 "dao pool rows", "dao x [N, D, T]", "dao no indices", "module step",
+                 "dao pool rows", "dao x [N, D, T]", "dao no indices", "dao overlap launch",
+                 "module step",
                  "module step, no bias"]
 PEER_GENERAL = ["vllm x of another dtype", "vllm query_start_loc", "dao cache_seqlens",
                 "module step with grad"]

@@ -283,8 +283,11 @@ def test_causal_conv1d_deterministic(channel_last, device):
 
 
 # ---- the API itself: signatures, return conventions, in-place outputs, errors ---------------
-def _params(fn):
-    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+def _params(fn, keyword_only=False):
+    """(name, default) of fn's parameters that causal-conv1d's function has, or with
+    keyword_only those after a bare * (shortconv's own additions)."""
+    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()
+            if (p.kind == inspect.Parameter.KEYWORD_ONLY) == keyword_only]
 
 
 def test_signatures_are_causal_conv1d_s():
@@ -295,6 +298,8 @@ def test_signatures_are_causal_conv1d_s():
     assert _params(dao.causal_conv1d_update) == [
         ("x", e), ("conv_state", e), ("weight", e), ("bias", None), ("activation", None),
         ("cache_seqlens", None), ("conv_state_indices", None)]
+    # shortconv's one addition, keyword only so that no positional call of causal-conv1d's changes
+    assert _params(dao.causal_conv1d_update, True) == [("overlap", None)]
     assert _params(dao.causal_conv1d_varlen_states) == [
         ("x", e), ("cu_seqlens", e), ("state_len", e)]
 
