@@ -184,9 +184,11 @@ __device__ __forceinline__ void load_taps_newest_first(const DTensor& w, const D
 // never attaches the attribute (it checks the kernel's PTX version, not only
 // the device's).  Kernels take it through a template parameter (kOverlap*):
 // the instances of plain launches hold none of it, main's code instruction
-// for instruction.  (Compiled into every launch, executed or behind a branch
-// on an argument, it cost the steps of plain launches 5-7%: H200 and H100,
-// 2026-12-06, bench/RESULTS.md.)
+// for instruction.  (With it compiled into every launch, executed or behind a
+// branch on an argument, plain launches timed 5-7% slower than main's; with
+// main's code they still timed 3-9% slower in a bench that had made
+// overlapped launches first, so what the instructions cost is not settled:
+// bench/RESULTS.md, 2026-12-06.)
 constexpr int kOverlapNone = SC_OVERLAP_NONE;      // a plain launch
 constexpr int kOverlapLaunch = SC_OVERLAP_LAUNCH;  // waits before its first access to memory
 constexpr int kOverlapReads = SC_OVERLAP_READS;    // reads its rows, indices and taps first
