@@ -91,9 +91,11 @@ typedef struct sc_tensor {
  * stream finishes (programmatic dependent launch; devices of compute capability
  * 9.0 and newer).  Honoured by the engines' common decode steps: one token per
  * sequence of a dense batch with the weight as [D, 4] of x's dtype and no
- * flags, rings, tables or accepted counts (LAUNCH and READS), and the other
- * steps on channel-contiguous (vLLM) rows with such a weight, speculative ones
- * included (READS acts as LAUNCH there).  Every other kernel, every other
+ * flags, rings, tables or accepted counts, on channel-contiguous (vLLM) rows
+ * of W-1 entries whose index tensors share one dtype or on [D, S] rows of W-1
+ * or W entries (LAUNCH and READS), and the other steps on channel-contiguous
+ * rows with such a weight, speculative ones included (READS acts as LAUNCH
+ * there).  Every other kernel, every other
  * device and the host backends run as with SC_OVERLAP_NONE.  Results never
  * depend on it. */
 typedef enum sc_overlap {

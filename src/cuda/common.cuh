@@ -420,7 +420,8 @@ __device__ __forceinline__ int64_t state_row(const Args& a, const DTensor& st_, 
   return (r < 0 || r >= st_.n0 || r == a.pad_index) ? -1 : r;
 }
 // state_row for an index value r already loaded (r = n without an index
-// tensor): a kernel that issues its loads first (fwd_decode_plain).  Not
+// tensor): a kernel that issues its loads first (the rows kernel's plain
+// step, decode_linear.cu).  Not
 // called by state_row, whose generic callers then compiled to other code
 // (decode.cuh's decode_store_y says what that cost).
 __device__ __forceinline__ int64_t state_row_checked(const Args& a, const DTensor& st_,

@@ -1,9 +1,11 @@
 // Pieces of the decode step shared by its kernels (decode.cu: trees, staged
-// and scalar rows; decode_linear.cu: linear steps with the rows in registers):
-// the taps' loads and the output store.
+// and scalar rows; decode_linear.cu: linear steps with the rows in registers;
+// decode_plain.cu: the engines' common step): the taps' loads, the linear
+// steps' sum and register cap, and the output store.
 #pragma once
 
 #include "cuda/common.cuh"
+#include "cuda/traits.hpp"
 
 namespace shortconv::cuda {
 
@@ -59,10 +61,14 @@ struct RawTaps {
   Pack<T, CH> b;
 
   __device__ __forceinline__ void load(const Args& a, int64_t d0) {
-    const T* wp = static_cast<const T*>(a.weight.p) + d0 * WMAX;
+    load(static_cast<const T*>(a.weight.p), static_cast<const T*>(a.bias.p), d0);
+  }
+  // weight: [D, WMAX] contiguous; bias: [D] or nullptr
+  __device__ __forceinline__ void load(const T* weight, const T* bias, int64_t d0) {
+    const T* wp = weight + d0 * WMAX;
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) w[i] = ldp<T, kPer>(wp + i * kPer);
-    b = a.bias.p ? ldp<T, CH>(static_cast<const T*>(a.bias.p) + d0) : Pack<T, CH>::zero();
+    b = bias ? ldp<T, CH>(bias + d0) : Pack<T, CH>::zero();
   }
   __device__ __forceinline__ A tap(int k, int c) const {
     const int e = c * WMAX + k;
@@ -93,6 +99,31 @@ struct AccTaps {
   __device__ __forceinline__ A bias(int c) const { return bs[c]; }
   __device__ __forceinline__ void per_token() {}
 };
+
+// Blocks per SM a linear step's instance is compiled for (its register
+// cap): RAW, raw taps (RawTaps).
+template <class T, int CH, bool RAW>
+constexpr int linear_min_blocks() {
+  if (CH * int(sizeof(T)) == DecodeTraits::kVecBytes)
+    return sizeof(T) == 2 ? DecodeTraits::kMinBlocksLinear16 : DecodeTraits::kMinBlocksPerSm;
+  if (!RAW) return DecodeTraits::kMinBlocksPerSm;
+  return sizeof(T) == 2 ? DecodeTraits::kMinBlocksWide16 : DecodeTraits::kMinBlocksWide32;
+}
+
+// acc[c] = bias + sum_k tap k * win[k] + tap H * x, channel by channel: the
+// bias, then the taps oldest -> newest, the order of every path.
+template <class T, int CH, int H, class Taps>
+__device__ __forceinline__ void linear_sum(const Taps& taps, const Pack<T, CH> (&win)[H],
+                                           const Pack<T, CH>& xv, int kpad, acc_t<T> (&acc)[CH]) {
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    acc[c] = taps.bias(c);
+#pragma unroll
+    for (int k = 0; k < H; ++k)
+      if (k >= kpad) acc[c] = fma(taps.tap(k, c), win[k].get(c), acc[c]);
+    acc[c] = fma(taps.tap(H, c), xv.get(c), acc[c]);
+  }
+}
 
 // The residual of packed token `tok` (x's view: row b, token tok) for
 // channels d0..d0+CH (zeros without one).

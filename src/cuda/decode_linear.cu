@@ -2,7 +2,7 @@
 // registers: one launch per decode step (Path::decode), chosen by
 // launch_decode (decode.cu) for vLLM's channel-contiguous rows
 // (StateIo::channel_vec, fwd_decode_linear: narrow and wide, one token or
-// speculative; fwd_decode_plain: the engines' common one-token step on them)
+// speculative; the engines' common one-token step on them is decode_plain.cu's)
 // and for [P, D, S] rows of S = W-1 or W, or speculative 1+K
 // tokens on rows of (W-1) + K (fwd_decode_linear_rows, with raw taps: wide,
 // and narrow since 2026-12-05: H100, bf16, batch 1-8, 3.3-5.3 -> 2.5-4.1 us,
@@ -45,30 +45,6 @@
 namespace shortconv::cuda {
 
 namespace {
-
-// Blocks per SM the instance is compiled for (its register cap).
-template <class T, int CH, bool RAW>
-constexpr int linear_min_blocks() {
-  if (CH * int(sizeof(T)) == DecodeTraits::kVecBytes)
-    return sizeof(T) == 2 ? DecodeTraits::kMinBlocksLinear16 : DecodeTraits::kMinBlocksPerSm;
-  if (!RAW) return DecodeTraits::kMinBlocksPerSm;
-  return sizeof(T) == 2 ? DecodeTraits::kMinBlocksWide16 : DecodeTraits::kMinBlocksWide32;
-}
-
-// acc[c] = bias + sum_k tap k * win[k] + tap H * x, channel by channel: the
-// bias, then the taps oldest -> newest, the order of every path.
-template <class T, int CH, int H, class Taps>
-__device__ __forceinline__ void linear_sum(const Taps& taps, const Pack<T, CH> (&win)[H],
-                                           const Pack<T, CH>& xv, int kpad, acc_t<T> (&acc)[CH]) {
-#pragma unroll
-  for (int c = 0; c < CH; ++c) {
-    acc[c] = taps.bias(c);
-#pragma unroll
-    for (int k = 0; k < H; ++k)
-      if (k >= kpad) acc[c] = fma(taps.tap(k, c), win[k].get(c), acc[c]);
-    acc[c] = fma(taps.tap(H, c), xv.get(c), acc[c]);
-  }
-}
 
 // RAW: the taps as RawTaps (the plan's raw_taps: W = kVecWmax), else AccTaps.
 // OV: kOverlapLaunch (raw taps only; the plan's overlap) waits for the
@@ -143,84 +119,6 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
     decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc);
     if (ht && s + t >= from) stp<T, CH>(ht + (s + t - from) * so, xv);
   }
-}
-
-// The engines' common call (the plan's plain_step): one token per sequence
-// of a dense batch on vLLM rows, raw taps (W = kVecWmax), rows by pool index
-// or by n; no ring offsets, block tables, has_initial_state flags or accepted
-// counts.  fwd_decode_linear's math with L = 1 and s = S:
-//   y = act(bias + sum_{k<H} tap k * row[S - H + k] + tap H * x) + residual,
-//   row'[j] = row[j + 1] (j < S - 1), row'[S - 1] = x.
-// At batch 1-64 a step is one warp per scheduler, so its time is its latency
-// path.  Here every load that does not wait on a row index (both indices, x,
-// the taps, the bias, the residual) is issued first, without branches between
-// them, and the row's entries are the one load after the index: two round
-// trips, the least a step that reads its row index on the device can take.
-// Without the options' branches and the token loop: 376 instructions of SASS
-// against fwd_decode_linear's 1264 (bf16, narrow, raw taps), 311 executed
-// per warp against 488.  H100, 2026-12-06, vLLM rows, D = 4096: batch 1
-// 2.31 -> 2.21 us, batch 64 3.39 -> 3.14 (bench/RESULTS.md).  Less than the
-// instruction count predicted: with warm caches (ncu) the warp's ~2,900
-// cycles are ~850 on its two loads, ~440 on constant-cache misses of the
-// argument block, ~380 on instruction-cache misses, the rest dependent issue.
-//
-// OV (the plan's overlap, common.cuh): kOverlapLaunch waits for the previous
-// kernel first.  kOverlapReads (SC_OVERLAP_READS) issues the indices, taps,
-// bias and row before overlap_wait(), so that the parameter reads, the
-// instruction fetch and both of those round trips may overlap that kernel;
-// x and the residual, which it may write, are loaded after the wait, and
-// every store follows it.  H100, 2026-12-06, D = 4096, graphs of steps each
-// following another: batch 1 2.21 (plain launches) -> 1.74 (launch) / 1.68
-// us (reads), batch 256 6.96 -> 6.18 / 5.70 (bench/RESULTS.md).
-template <class T, int CH, int OV>
-__global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, true>()))
-    fwd_decode_plain(const Args a) {
-  using A = acc_t<T>;
-  using P = Pack<T, CH>;
-  constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1;
-  const int64_t n = blockIdx.x;
-  const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
-  if (n >= a.N || d0 >= a.D) return;
-  constexpr bool AHEAD = OV == kOverlapReads;
-  if constexpr (OV == kOverlapLaunch) overlap_wait();
-  // the first round trip: the indices as loaded, then what does not depend on them
-  const int64_t ri = a.h0.p && a.h0_idx.p ? ld_index(a.h0_idx, n) : n;
-  const int64_t ro = a.ht.p && a.ht_idx.p ? ld_index(a.ht_idx, n) : n;
-  const T* xp = static_cast<const T*>(a.x.p) + n * a.x.s0 + d0 * a.x.s2;
-  P xv = AHEAD ? P::zero() : ldp<T, CH>(xp);
-  RawTaps<T, WMAX, CH> taps;
-  taps.load(a, d0);
-  P rv = AHEAD ? P::zero() : decode_residual<T, CH>(a, n, 0, d0);
-  // the second: the row's entries, u[1 .. S) of u = row ++ x
-  const int64_t in = state_row_checked(a, a.h0, a.h0_idx, ri);
-  const int64_t out = state_row_checked(a, a.ht, a.ht_idx, ro);
-  const int64_t S = a.S, sh = a.h0.s2, so = a.ht.s2;  // (S >= H: the plan's)
-  const T* h0 = in >= 0 ? static_cast<const T*>(a.h0.p) + in * a.h0.s0 + d0 : nullptr;
-  T* ht = out >= 0 ? static_cast<T*>(a.ht.p) + out * a.ht.s0 + d0 : nullptr;
-  P win[H];  // win[i] = row[S - H + i] (zeros: no initial state)
-#pragma unroll
-  for (int i = 0; i < H; ++i) win[i] = h0 ? ldp<T, CH>(h0 + (S - H + i) * sh) : P::zero();
-  if constexpr (AHEAD) {
-    // (rows longer than H are moved below, after the wait: loads of a rare form)
-    overlap_wait();
-    xv = ldp<T, CH>(xp);
-    rv = decode_residual<T, CH>(a, n, 0, d0);
-  }
-  if (ht) {
-    // rows longer than H (speculative pools stepped one token): entries older
-    // than the window move one place down, each loaded before its store (not
-    // unrolled: a rare form, kept out of the common step's code)
-#pragma unroll 1
-    for (int64_t j = 1; j < S - H; ++j) stp<T, CH>(ht + (j - 1) * so, h0 ? ldp<T, CH>(h0 + j * sh) : P::zero());
-#pragma unroll
-    for (int i = 0; i < H; ++i)
-      if (S - H + i >= 1) stp<T, CH>(ht + (S - H + i - 1) * so, win[i]);
-  }
-  const RuntimeAct<MathOf<T>> act{a.act};
-  A acc[CH];
-  linear_sum<T, CH, H>(taps, win, xv, 0, acc);
-  decode_store_y<T, CH>(a, act, n, 0, d0, acc, rv);
-  if (ht) stp<T, CH>(ht + (S - 1) * so, xv);
 }
 
 // [P, D, S] rows (StateIo::row_vec) with S = S_ (W - 1 or W, W = kVecWmax): a
@@ -513,14 +411,9 @@ cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a
         if (pl.ch == kNarrow) return launch_rows_in_registers<T, kNarrow>(p, pl, a, l);
         return l->no_instance("decode, rows in registers");
       }
-      // (the plan's overlap: a plain step's mode, or kOverlapLaunch for raw taps' other steps)
+      if (pl.plain_step) return launch_decode_plain(p, pl, a, l);
+      // (the plan's overlap: kOverlapLaunch for raw taps' steps other than the plain one)
       if (pl.ch == kWide) {
-        if (pl.plain_step && pl.overlap == kOverlapReads)
-          return l->main("fwd_decode_plain(reads ahead)", fwd_decode_plain<T, kWide, kOverlapReads>, pl, a);
-        if (pl.plain_step && pl.overlap == kOverlapLaunch)
-          return l->main("fwd_decode_plain(overlapped)", fwd_decode_plain<T, kWide, kOverlapLaunch>, pl, a);
-        if (pl.plain_step)
-          return l->main("fwd_decode_plain", fwd_decode_plain<T, kWide, kOverlapNone>, pl, a);
         if (pl.raw_taps && pl.overlap == kOverlapLaunch)
           return l->main("fwd_decode_linear(channel rows, raw taps, overlapped)", fwd_decode_linear<T, kWide, true, kOverlapLaunch>, pl, a);
         if (pl.raw_taps)
@@ -528,12 +421,6 @@ cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a
         return l->main("fwd_decode_linear(channel rows)", fwd_decode_linear<T, kWide, false>, pl, a);
       }
       if (pl.ch == kNarrow) {
-        if (pl.plain_step && pl.overlap == kOverlapReads)
-          return l->main("fwd_decode_plain(narrow, reads ahead)", fwd_decode_plain<T, kNarrow, kOverlapReads>, pl, a);
-        if (pl.plain_step && pl.overlap == kOverlapLaunch)
-          return l->main("fwd_decode_plain(narrow, overlapped)", fwd_decode_plain<T, kNarrow, kOverlapLaunch>, pl, a);
-        if (pl.plain_step)
-          return l->main("fwd_decode_plain(narrow)", fwd_decode_plain<T, kNarrow, kOverlapNone>, pl, a);
         if (pl.raw_taps && pl.overlap == kOverlapLaunch)
           return l->main("fwd_decode_linear(narrow, channel rows, raw taps, overlapped)", fwd_decode_linear<T, kNarrow, true, kOverlapLaunch>, pl, a);
         if (pl.raw_taps)

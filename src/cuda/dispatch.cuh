@@ -90,9 +90,9 @@ struct Launch {
   bool overlap = false;
 
   // kernel<<<plan geometry>>>(args, extra...) with the plan's shared memory.
-  template <class... X>
-  cudaError_t main(const char* name, void (*k)(Args, X...), const Plan& pl, const Args& a,
-                   X... extra) {
+  // (K: the kernel's argument block, Args; fwd_decode_plain's is its own.)
+  template <class K, class... X>
+  cudaError_t main(const char* name, void (*k)(K, X...), const Plan& pl, const K& a, X... extra) {
     return go(name, k, dim3(unsigned(pl.grid_x), unsigned(pl.grid_y)),
               dim3(unsigned(pl.block_x), unsigned(pl.block_y)), pl.smem, a, extra...);
   }
@@ -119,11 +119,11 @@ struct Launch {
   }
 
  private:
-  template <class... X>
-  cudaError_t go(const char* name, void (*k)(Args, X...), dim3 grid, dim3 block, size_t smem,
-                 const Args& a, X... extra) {
+  template <class K, class... X>
+  cudaError_t go(const char* name, void (*k)(K, X...), dim3 grid, dim3 block, size_t smem,
+                 const K& a, X... extra) {
     kernel = name;
-    void* params[] = {const_cast<Args*>(&a), &extra...};
+    void* params[] = {const_cast<K*>(&a), &extra...};
     const void* f = reinterpret_cast<const void*>(k);
     if (overlap) {
       cudaFuncAttributes fa{};
@@ -198,6 +198,9 @@ cudaError_t launch_decode(const Problem& p, const Plan& pl, const Args& a, Launc
 // Its linear steps with the state rows in registers (decode_linear.cu: vLLM
 // rows, short [P, D, S] rows of the wide instance), called by launch_decode.
 cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a, Launch* l);
+// The plain step on vLLM rows (decode_plain.cu: Plan::plain_step with
+// row_regs = 0), called by launch_decode_linear.
+cudaError_t launch_decode_plain(const Problem& p, const Plan& pl, const Args& a, Launch* l);
 
 // The kernels' argument block for a problem and its plan (backend.cu).
 Args make_args(const Problem& p, const Plan& pl, void* workspace);

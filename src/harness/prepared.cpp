@@ -231,8 +231,9 @@ std::unique_ptr<Tensor> state_tensor(const Case& c, const char* name, bool outpu
   return make_tensor(name, c.state_dtype, output, {rows, D, S}, {D * S, S, 1}, base, n, 3);
 }
 
-std::unique_ptr<Tensor> index_tensor(const Case& c, const char* name, int64_t n) {
-  return make_tensor(name, c.index_dtype, false, {n}, {1}, 0, n, 1);
+// `stride`: entry i at element i * stride (the entries between are poison).
+std::unique_ptr<Tensor> index_tensor(const Case& c, const char* name, int64_t n, int64_t stride = 1) {
+  return make_tensor(name, c.index_dtype, false, {n}, {stride}, 0, n > 0 ? (n - 1) * stride + 1 : 0, 1);
 }
 
 // Fills an input tensor from logical values (or, when there are none, a cheap
@@ -308,7 +309,7 @@ void Prepared::add_inputs(const Inputs* in) {
     h0_ = add(state_tensor(c, "initial_state", c.in_place, rows, c.state_transposed));
     fill(h0_, in ? &in->h0 : nullptr, c.in_place, &pattern_seed);
     if (c.pool > 0 && !c.table()) {
-      h0i_ = add(index_tensor(c, "initial_state_indices", N));
+      h0i_ = add(index_tensor(c, "initial_state_indices", N, c.index_stride));
       fill_index(h0i_, c.h0_index);
     }
     if (!c.has_h0.empty()) {
@@ -377,7 +378,7 @@ void Prepared::add_outputs() {
     ht_ = c.in_place && h0_ ? h0_ : add(state_tensor(c, "final_state", true, c.state_rows(),
                                                      c.state_transposed));
     if (c.pool > 0 && !c.table()) {
-      hti_ = add(index_tensor(c, "final_state_indices", N));
+      hti_ = add(index_tensor(c, "final_state_indices", N, c.index_stride));
       fill_index(hti_, c.ht_index);
     }
   }

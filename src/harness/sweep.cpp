@@ -67,6 +67,7 @@ void draw_states(Draw& r, Case& c) {
       if (r.coin(0.3)) c.ht_index[size_t(n)] = c.pad_index;
     }
   }
+  if (c.pool > 0 && r.coin(0.2)) c.index_stride = r.pick(2, 3);  // indices as a strided view
 }
 
 // Parents of an L-token step as tree drafts: a chain (t-1, the linear

@@ -1,0 +1,204 @@
+// fwd_decode_plain: the engines' common decode step (the plan's plain_step on
+// vLLM rows): one token per sequence of a dense batch, state rows of exactly
+// W-1 entries whose channel axis is contiguous (vLLM's pools), raw taps
+// (W = kVecWmax, weight [D, W] and bias [D] of x's dtype, contiguous, 16-byte
+// aligned), rows by pool index or by n; no ring offsets, block tables,
+// has_initial_state flags or accepted counts.
+//
+// Math (docs/semantics.md §1 and §5 with L = 1, S = W-1 = H), per sequence n
+// and channel d, row = h0's row (zeros without one):
+//   y = act(bias + sum_{k<H} w[k] * row[k] + w[H] * x) + residual,
+//   ht row: row'[j] = row[j + 1] (j < H - 1), row'[H - 1] = x.
+//
+// Ownership and grid: fwd_decode_linear's (decode_linear.cu).  A thread owns
+// CH consecutive channels of one sequence (kVecBytes of x, or kWideBytes in
+// the wide instance); a block kThreads threads along the channels; grid
+// N x ceil(D / (kThreads * CH)).  Every row entry is stored from a register
+// after the thread's loads of that row, so the in-place update needs no
+// barrier (each element has one owner thread).  No workspace, no host
+// synchronisation; row indices are read on the device and clamped (semantics §7).
+//
+// Why this kernel (it replaced an instance of the same math taking the
+// library's 1400-byte argument block, which also stepped longer rows): at
+// batch 1-64 a step is one warp per scheduler and its time is its latency
+// path, the launch, the row index's round trip, the row's, and the
+// instructions between them.  Here
+// - the arguments are PlainArgs (176 bytes, 3 constant-cache lines; the
+//   block's fields were spread over 9-10 of Args' 22, each first read in a
+//   launch a miss);
+// - the row indices' type is a template parameter (I): the run-time choice
+//   between 32- and 64-bit loads put a select between the index's load and
+//   the row's address, and predicated twin loads on the path;
+// - S = W-1 is a compile-time shape: entry i of the row is at a fixed
+//   multiple of the entry stride, computed before the index arrives, so the
+//   index is followed by one compare-and-select and one multiply-add before
+//   the row's loads (was 64-bit products per entry, and a loop for rows
+//   longer than W-1, which now take fwd_decode_linear).
+// 152-232 instructions of SASS against 376 (bf16, narrow).  Measured with
+// copies of both kernels in one program (H100, bf16, D = 4096, graphs of 100
+// steps, int32 indices): batch 1 2.08 -> 1.49 us, reads ahead (OV below)
+// 1.44 -> 0.97; batch 8 2.31 -> 1.76 / 1.53 -> 1.15 (bench/RESULTS.md has the
+// library's figures).
+//
+// OV (the plan's overlap, common.cuh): kOverlapLaunch waits for the previous
+// kernel first.  kOverlapReads (SC_OVERLAP_READS) issues the indices, taps,
+// bias and row before overlap_wait(), so that the parameter reads, the
+// instruction fetch and both round trips may overlap that kernel; x and the
+// residual, which it may write, are loaded after the wait, and every store
+// follows it.
+#include "cuda/activation.cuh"
+#include "cuda/common.cuh"
+#include "cuda/decode.cuh"
+#include "cuda/dispatch.cuh"
+#include "cuda/traits.hpp"
+
+namespace shortconv::cuda {
+
+namespace {
+
+// What fwd_decode_plain reads, in three lines of the constant bank.
+// Element strides; a tensor's channel stride is 1 (the planner's vector
+// rule), so channel d of a row is at row pointer + d.
+struct PlainArgs {
+  const void* x;         // x: [N, D], token n at x + n * x_n
+  void* y;               // y: [N, D], y_n (nullptr: no output)
+  const void* weight;    // [D, W] contiguous (raw taps)
+  const void* bias;      // [D], or nullptr
+  const void* residual;  // [N, D], r_n, or nullptr
+  const void* h0_idx;    // [N] rows of h0 (I; stride h0_idx_s), nullptr: row n
+  const void* ht_idx;    // [N] rows of ht, likewise
+  const void* h0;        // pool [P0, D, H]: row r entry j channel d at r * h0_row + j * h0_entry + d; nullptr: zeros
+  void* ht;              // pool [P1, D, H], likewise (nullptr: not written)
+  int64_t x_n, y_n, r_n;
+  int64_t h0_idx_s, ht_idx_s;
+  int64_t h0_row, h0_entry, h0_rows;  // h0_rows: P0 (rows past it, and the pad index, are no row)
+  int64_t ht_row, ht_entry, ht_rows;
+  int64_t pad_index;     // an index meaning "no row", besides negative ones
+  int32_t D, act;
+};
+static_assert(sizeof(PlainArgs) <= 3 * 64, "three constant-cache lines");
+
+PlainArgs plain_args(const Args& a) {
+  PlainArgs p{};
+  p.x = a.x.p;
+  p.y = a.y.p;
+  p.weight = a.weight.p;
+  p.bias = a.bias.p;
+  p.residual = a.residual.p;
+  p.h0_idx = a.h0_idx.p;
+  p.ht_idx = a.ht_idx.p;
+  p.h0 = a.h0.p;
+  p.ht = a.ht.p;
+  p.x_n = a.x.s0;
+  p.y_n = a.y.s0;
+  p.r_n = a.residual.s0;
+  p.h0_idx_s = a.h0_idx.s0;
+  p.ht_idx_s = a.ht_idx.s0;
+  p.h0_row = a.h0.s0;
+  p.h0_entry = a.h0.s2;
+  p.h0_rows = a.h0.n0;
+  p.ht_row = a.ht.s0;
+  p.ht_entry = a.ht.s2;
+  p.ht_rows = a.ht.n0;
+  p.pad_index = a.pad_index;
+  p.D = int32_t(a.D);  // (d0 < kMaxGridY * kThreads * CH: 32 bits)
+  p.act = a.act;
+  return p;
+}
+
+// Row r of a pool of `rows` rows as indexed (`indexed`: r came from an index
+// tensor, where the pad index also means none), or -1.
+__device__ __forceinline__ int64_t plain_row(int64_t r, int64_t rows, bool indexed, int64_t pad) {
+  return r < 0 || r >= rows || (indexed && r == pad) ? -1 : r;
+}
+
+template <class T, int CH, int OV, class I>
+__global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, true>()))
+    fwd_decode_plain(const PlainArgs a) {
+  using A = acc_t<T>;
+  using P = Pack<T, CH>;
+  constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1;
+  constexpr bool AHEAD = OV == kOverlapReads;
+  const int n = int(blockIdx.x);  // grid.x = N
+  const int d0 = int(blockIdx.y * blockDim.x + threadIdx.x) * CH;
+  if (d0 >= a.D) return;
+  if constexpr (OV == kOverlapLaunch) overlap_wait();
+  // the first round trip: the indices, and what does not depend on them
+  const int64_t ri = a.h0_idx ? int64_t(static_cast<const I*>(a.h0_idx)[n * a.h0_idx_s]) : n;
+  const int64_t ro = a.ht_idx ? int64_t(static_cast<const I*>(a.ht_idx)[n * a.ht_idx_s]) : n;
+  const T* xp = static_cast<const T*>(a.x) + n * a.x_n + d0;
+  const T* rp = a.residual ? static_cast<const T*>(a.residual) + n * a.r_n + d0 : nullptr;
+  P xv = AHEAD ? P::zero() : ldp<T, CH>(xp);
+  P rv = AHEAD || !rp ? P::zero() : ldp<T, CH>(rp);
+  RawTaps<T, WMAX, CH> taps;
+  taps.load(static_cast<const T*>(a.weight), static_cast<const T*>(a.bias), d0);
+  // the second: the row's H entries
+  const int64_t in = a.h0 ? plain_row(ri, a.h0_rows, a.h0_idx != nullptr, a.pad_index) : -1;
+  const int64_t out = a.ht ? plain_row(ro, a.ht_rows, a.ht_idx != nullptr, a.pad_index) : -1;
+  const T* h0 = static_cast<const T*>(a.h0) + (in >= 0 ? in : 0) * a.h0_row + d0;
+  T* ht = static_cast<T*>(a.ht) + (out >= 0 ? out : 0) * a.ht_row + d0;
+  P win[H];  // win[i] = row[i] (zeros: no initial state)
+#pragma unroll
+  for (int i = 0; i < H; ++i) win[i] = in >= 0 ? ldp<T, CH>(h0 + i * a.h0_entry) : P::zero();
+  if constexpr (AHEAD) {
+    overlap_wait();
+    xv = ldp<T, CH>(xp);
+    if (rp) rv = ldp<T, CH>(rp);
+  }
+  if (out >= 0) {
+#pragma unroll
+    for (int i = 1; i < H; ++i) stp<T, CH>(ht + (i - 1) * a.ht_entry, win[i]);
+  }
+  const RuntimeAct<MathOf<T>> act{a.act};
+  A acc[CH];
+  linear_sum<T, CH, H>(taps, win, xv, 0, acc);
+  if (a.y) {
+    A o[CH];
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      o[c] = act.value(acc[c]);
+      if (rp) o[c] += rv.get(c);
+    }
+    stp<T, CH>(static_cast<T*>(a.y) + n * a.y_n + d0, P::make(o));
+  }
+  if (out >= 0) stp<T, CH>(ht + (H - 1) * a.ht_entry, xv);
+}
+
+// The instance of CH channels per thread, row index type I, for the plan's overlap.
+template <class T, int CH, class I>
+cudaError_t launch_plain(const Plan& pl, const PlainArgs& a, Launch* l) {
+  constexpr bool kWide = CH * int(sizeof(T)) == DecodeTraits::kWideBytes;
+  constexpr bool k32 = sizeof(I) == 4;
+#define SC_PLAIN_NAME(ov) \
+  (kWide ? (k32 ? "fwd_decode_plain(" ov "int32 rows)" : "fwd_decode_plain(" ov "int64 rows)") \
+         : (k32 ? "fwd_decode_plain(narrow, " ov "int32 rows)" : "fwd_decode_plain(narrow, " ov "int64 rows)"))
+  switch (pl.overlap) {
+    case kOverlapReads: return l->main(SC_PLAIN_NAME("reads ahead, "), fwd_decode_plain<T, CH, kOverlapReads, I>, pl, a);
+    case kOverlapLaunch: return l->main(SC_PLAIN_NAME("overlapped, "), fwd_decode_plain<T, CH, kOverlapLaunch, I>, pl, a);
+    default: return l->main(SC_PLAIN_NAME(""), fwd_decode_plain<T, CH, kOverlapNone, I>, pl, a);
+  }
+#undef SC_PLAIN_NAME
+}
+
+}  // namespace
+
+cudaError_t launch_decode_plain(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
+  const PlainArgs pa = plain_args(a);
+  return with_act_type(p.act_dtype, [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, double>) {
+      return l->no_instance("fwd_decode_plain (fp64)");
+    } else {
+      constexpr int kWide = DecodeTraits::kWideBytes / int(sizeof(T));
+      constexpr int kNarrow = DecodeTraits::kVecBytes / int(sizeof(T));
+      const bool i32 = pl.plain_index == SC_I32;
+      if (pl.ch == kWide)
+        return i32 ? launch_plain<T, kWide, int32_t>(pl, pa, l) : launch_plain<T, kWide, int64_t>(pl, pa, l);
+      if (pl.ch == kNarrow)
+        return i32 ? launch_plain<T, kNarrow, int32_t>(pl, pa, l) : launch_plain<T, kNarrow, int64_t>(pl, pa, l);
+      return l->no_instance("fwd_decode_plain");
+    }
+  });
+}
+
+}  // namespace shortconv::cuda
