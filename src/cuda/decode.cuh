@@ -1,7 +1,8 @@
 // Pieces of the decode step shared by its kernels (decode.cu: trees, staged
 // and scalar rows; decode_linear.cu: linear steps with the rows in registers;
 // decode_plain.cu: the engines' common step): the taps' loads, the linear
-// steps' sum and register cap, and the output store.
+// steps' sum and register cap, [P, D, S] row blocks in registers, and the
+// output store.
 #pragma once
 
 #include "cuda/common.cuh"
@@ -124,6 +125,73 @@ __device__ __forceinline__ void linear_sum(const Taps& taps, const Pack<T, CH> (
     acc[c] = fma(taps.tap(H, c), xv.get(c), acc[c]);
   }
 }
+
+// [P, D, S] rows (StateIo::row_vec) with S = S_ (W - 1 or W, W = kVecWmax): a
+// thread's block of the row, CH channels x S entries, is CH * S adjacent
+// elements: whole 16-byte vectors in the wide instance, 4-byte words in the
+// narrow one (CH * sizeof(T) = 4).  Loaded as raw words, moved into S packs
+// of CH channels (row[j] = entry j; one byte permute per 32-bit word of a
+// 16-bit type), slid along with the tokens like the window, and after the
+// last token row[] is the new row, ht[j] = u[L + j] (one-token and longer
+// linear steps alike), moved back and stored as vectors.  decode.cu's
+// instance stages the same block in shared memory instead, whose throughput
+// bounded the wide one (H200 ncu, batch 256, D = 8192: 61% L1 / shared
+// throughput) and whose load, stage, read-back and rewrite phases lengthen
+// the narrow one's latency path (H100, batch 1: 3.27 us against vLLM rows'
+// 2.39 in registers).
+template <class T, int CH, int S_>
+struct RowBlock {
+  static constexpr int kElems = CH * S_;
+  static constexpr int kBytes = kElems * int(sizeof(T));
+  // bytes per load and store: the planner guarantees the alignment of a
+  // thread's CH channels (StateIo::row_vec: 16 bytes wide, 4 narrow), not more
+  static constexpr int kUnit = CH * int(sizeof(T)) == 16 ? 16 : 4;
+  static_assert(kBytes % kUnit == 0 && CH * int(sizeof(T)) % 4 == 0, "a whole number of units per block");
+  static constexpr int kVecs = kBytes / kUnit;
+  static constexpr int kPer = kUnit / int(sizeof(T));  // elements per unit
+  Pack<T, kPer> v[kVecs];
+
+  // Word k of pack `to` gathered from the block (to_packs) or the reverse.
+  // Element e of the block lies in v[e / kPer], element e % kPer.
+  __device__ __forceinline__ static unsigned word_of(const Pack<T, kPer>* src, int e0, int e1) {
+    // 16-bit: the 32-bit word holding elements e0 (low half) and e1 (high half)
+    const unsigned a = src[e0 / kPer].w[(e0 % kPer) / 2], b = src[e1 / kPer].w[(e1 % kPer) / 2];
+    const unsigned lo = (e0 % 2) ? 0x32u : 0x10u, hi = (e1 % 2) ? 0x7600u : 0x5400u;
+    return __byte_perm(a, b, lo | hi);
+  }
+  // row[j] = entry j of the block (channel c's entry j is element c * S_ + j)
+  __device__ __forceinline__ void to_packs(Pack<T, CH> (&row)[S_]) const {
+#pragma unroll
+    for (int j = 0; j < S_; ++j)
+#pragma unroll
+      for (int k = 0; k < Pack<T, CH>::kWords; ++k) {
+        if constexpr (sizeof(T) == 2) {
+          row[j].w[k] = word_of(v, (2 * k) * S_ + j, (2 * k + 1) * S_ + j);
+        } else {
+          const int e = k * S_ + j;
+          row[j].w[k] = v[e / kPer].w[e % kPer];
+        }
+      }
+  }
+  __device__ __forceinline__ void from_packs(const Pack<T, CH> (&row)[S_]) {
+    // as 16-bit elements: element e = c * S_ + j is channel c of row[j]
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i)
+#pragma unroll
+      for (int k = 0; k < Pack<T, kPer>::kWords; ++k) {
+        if constexpr (sizeof(T) == 2) {
+          const int e0 = i * kPer + 2 * k, e1 = e0 + 1;
+          const int c0 = e0 / S_, j0 = e0 % S_, c1 = e1 / S_, j1 = e1 % S_;
+          const unsigned a = row[j0].w[c0 / 2], b = row[j1].w[c1 / 2];
+          const unsigned lo = (c0 % 2) ? 0x32u : 0x10u, hi = (c1 % 2) ? 0x7600u : 0x5400u;
+          v[i].w[k] = __byte_perm(a, b, lo | hi);
+        } else {
+          const int e = i * kPer + k;
+          v[i].w[k] = row[e % S_].w[e / S_];
+        }
+      }
+  }
+};
 
 // The residual of packed token `tok` (x's view: row b, token tok) for
 // channels d0..d0+CH (zeros without one).

@@ -121,73 +121,6 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   }
 }
 
-// [P, D, S] rows (StateIo::row_vec) with S = S_ (W - 1 or W, W = kVecWmax): a
-// thread's block of the row, CH channels x S entries, is CH * S adjacent
-// elements: whole 16-byte vectors in the wide instance, 4-byte words in the
-// narrow one (CH * sizeof(T) = 4).  Loaded as raw words, moved into S packs
-// of CH channels (row[j] = entry j; one byte permute per 32-bit word of a
-// 16-bit type), slid along with the tokens like the window, and after the
-// last token row[] is the new row, ht[j] = u[L + j] (one-token and longer
-// linear steps alike), moved back and stored as vectors.  decode.cu's
-// instance stages the same block in shared memory instead, whose throughput
-// bounded the wide one (H200 ncu, batch 256, D = 8192: 61% L1 / shared
-// throughput) and whose load, stage, read-back and rewrite phases lengthen
-// the narrow one's latency path (H100, batch 1: 3.27 us against vLLM rows'
-// 2.39 in registers).
-template <class T, int CH, int S_>
-struct RowBlock {
-  static constexpr int kElems = CH * S_;
-  static constexpr int kBytes = kElems * int(sizeof(T));
-  // bytes per load and store: the planner guarantees the alignment of a
-  // thread's CH channels (StateIo::row_vec: 16 bytes wide, 4 narrow), not more
-  static constexpr int kUnit = CH * int(sizeof(T)) == 16 ? 16 : 4;
-  static_assert(kBytes % kUnit == 0 && CH * int(sizeof(T)) % 4 == 0, "a whole number of units per block");
-  static constexpr int kVecs = kBytes / kUnit;
-  static constexpr int kPer = kUnit / int(sizeof(T));  // elements per unit
-  Pack<T, kPer> v[kVecs];
-
-  // Word k of pack `to` gathered from the block (to_packs) or the reverse.
-  // Element e of the block lies in v[e / kPer], element e % kPer.
-  __device__ __forceinline__ static unsigned word_of(const Pack<T, kPer>* src, int e0, int e1) {
-    // 16-bit: the 32-bit word holding elements e0 (low half) and e1 (high half)
-    const unsigned a = src[e0 / kPer].w[(e0 % kPer) / 2], b = src[e1 / kPer].w[(e1 % kPer) / 2];
-    const unsigned lo = (e0 % 2) ? 0x32u : 0x10u, hi = (e1 % 2) ? 0x7600u : 0x5400u;
-    return __byte_perm(a, b, lo | hi);
-  }
-  // row[j] = entry j of the block (channel c's entry j is element c * S_ + j)
-  __device__ __forceinline__ void to_packs(Pack<T, CH> (&row)[S_]) const {
-#pragma unroll
-    for (int j = 0; j < S_; ++j)
-#pragma unroll
-      for (int k = 0; k < Pack<T, CH>::kWords; ++k) {
-        if constexpr (sizeof(T) == 2) {
-          row[j].w[k] = word_of(v, (2 * k) * S_ + j, (2 * k + 1) * S_ + j);
-        } else {
-          const int e = k * S_ + j;
-          row[j].w[k] = v[e / kPer].w[e % kPer];
-        }
-      }
-  }
-  __device__ __forceinline__ void from_packs(const Pack<T, CH> (&row)[S_]) {
-    // as 16-bit elements: element e = c * S_ + j is channel c of row[j]
-#pragma unroll
-    for (int i = 0; i < kVecs; ++i)
-#pragma unroll
-      for (int k = 0; k < Pack<T, kPer>::kWords; ++k) {
-        if constexpr (sizeof(T) == 2) {
-          const int e0 = i * kPer + 2 * k, e1 = e0 + 1;
-          const int c0 = e0 / S_, j0 = e0 % S_, c1 = e1 / S_, j1 = e1 % S_;
-          const unsigned a = row[j0].w[c0 / 2], b = row[j1].w[c1 / 2];
-          const unsigned lo = (c0 % 2) ? 0x32u : 0x10u, hi = (c1 % 2) ? 0x7600u : 0x5400u;
-          v[i].w[k] = __byte_perm(a, b, lo | hi);
-        } else {
-          const int e = i * kPer + k;
-          v[i].w[k] = row[e % S_].w[e / S_];
-        }
-      }
-  }
-};
-
 // Blocks per SM of fwd_decode_linear_rows (its register cap): the one-token
 // instances the raw-tap wide cap, the speculative ones their own (the row's
 // kept entries, the window and the first tokens are live at once).
@@ -212,17 +145,8 @@ constexpr int rows_min_blocks() {
 // The planner sends it dense steps of exactly 1+K tokens (every row rewritten
 // whole: spec_rows_in_registers), the forms verified on the GPU; packed and
 // shorter steps, which keep entries of their rows, take the staged instance.
-//
-// PLAIN (not SPEC; the plan's plain_step): the engines' common call, as
-// fwd_decode_plain on vLLM rows: one token per sequence of a dense batch, no
-// ring offsets, tables, flags or accepted counts, and every load that does
-// not wait on a row index (both indices, x, taps, bias, residual) issued
-// before the first index is compared: 272 instructions of SASS against 624
-// (bf16, narrow, S = W-1); H100, 2026-12-06, D = 4096: batch 1 2.38 -> 2.10 us,
-// batch 256 7.74 -> 7.34.  OV (PLAIN only; the plan's overlap): as in
-// fwd_decode_plain; under kOverlapReads the indices, taps, bias and the row
-// block are loaded before overlap_wait(), x and the residual after it.
-template <class T, int CH, int S_, bool SPEC, bool PLAIN, int OV = kOverlapNone>
+// (The plain step on these rows is decode_plain.cu's.)
+template <class T, int CH, int S_, bool SPEC>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH, S_, SPEC>()))
     fwd_decode_linear_rows(const Args a) {
   using A = acc_t<T>;
@@ -231,31 +155,13 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
   constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1;
   static_assert(S_ >= H, "the row holds the window");
   static_assert(!SPEC || S_ > H, "a speculative row holds drafts");
-  static_assert(!(SPEC && PLAIN), "the plain step is one token without accepted counts");
-  static_assert(OV == kOverlapNone || PLAIN, "overlapped launches: the plain step's instances only");
-  constexpr bool AHEAD = OV == kOverlapReads;
   constexpr int LT = SPEC ? S_ - H + 1 : 0;  // speculative: tokens placed at compile-time entries
   const int64_t n = blockIdx.x;
   const int64_t d0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * CH;
   if (n >= a.N || d0 >= a.D) return;
-  if constexpr (OV == kOverlapLaunch) overlap_wait();
-  const Seq q = PLAIN ? Seq{n, 0, 1, 0, false} : seq_of(a, n);
+  const Seq q = seq_of(a, n);
   RawTaps<T, WMAX, CH> taps;
-  P x0 = P::zero(), rv0 = P::zero();  // PLAIN: the token's x and residual, loaded first
-  const T* xp0 = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * a.x.s1 + d0 * a.x.s2;
-  int64_t in, out;
-  if constexpr (PLAIN) {
-    const int64_t ri = a.h0.p && a.h0_idx.p ? ld_index(a.h0_idx, n) : n;
-    const int64_t ro = a.ht.p && a.ht_idx.p ? ld_index(a.ht_idx, n) : n;
-    if constexpr (!AHEAD) x0 = ldp<T, CH>(xp0);
-    taps.load(a, d0);
-    if constexpr (!AHEAD) rv0 = decode_residual<T, CH>(a, n, 0, d0);
-    in = state_row_checked(a, a.h0, a.h0_idx, ri);
-    out = state_row_checked(a, a.ht, a.ht_idx, ro);
-  } else {
-    in = h0_row_of(a, n);
-    out = ht_row_of(a, n);
-  }
+  const int64_t in = h0_row_of(a, n), out = ht_row_of(a, n);
   // the thread's blocks: row `in` of h0 and row `out` of ht at channel d0 (CH * S adjacent)
   using Vec = Pack<T, B::kPer>;
   const Vec* h0 = in >= 0 ? reinterpret_cast<const Vec*>(static_cast<const T*>(a.h0.p) + in * a.h0.s0 + d0 * S_)
@@ -270,12 +176,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
   B blk;
 #pragma unroll
   for (int i = 0; i < B::kVecs; ++i) blk.v[i] = h0 ? ldp<T, B::kPer>(reinterpret_cast<const T*>(h0 + i)) : Vec::zero();
-  if constexpr (AHEAD) {
-    overlap_wait();
-    x0 = ldp<T, CH>(xp0);
-    rv0 = decode_residual<T, CH>(a, n, 0, d0);
-  }
-  if constexpr (!PLAIN) taps.load(a, d0);
+  taps.load(a, d0);
   const RuntimeAct<MathOf<T>> act{a.act};
   P row[S_];  // one token: row[j] = u[L' + j] after L' tokens; speculative: the new row
   blk.to_packs(row);
@@ -283,8 +184,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
     taps.per_token();
     A acc[CH];
     linear_sum<T, CH, H>(taps, win, xv, 0, acc);
-    if constexpr (PLAIN) decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc, rv0);
-    else decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc);
+    decode_store_y<T, CH>(a, act, q.b, q.s + t, d0, acc);
   };
   int64_t t = 0;
   if constexpr (SPEC) {
@@ -312,7 +212,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
     t = LT;
   }
   for (; t < q.L; ++t) {  // one token: every token; speculative: those past LT (row[] full)
-    const P xv = PLAIN ? x0 : ldp<T, CH>(xp + t * sx);
+    const P xv = ldp<T, CH>(xp + t * sx);
     P win[H];
 #pragma unroll
     for (int k = 0; k < H; ++k) win[k] = row[S_ - H + k];
@@ -362,35 +262,17 @@ cudaError_t launch_rows_in_registers(const Problem& p, const Plan& pl, const Arg
   if (p.accepted) {  // S = (W-1) + K, K = 1 .. kSpecRowsMaxDrafts
     static_assert(DecodeTraits::kSpecRowsMaxDrafts == 4, "one instance per draft count below");
     switch (pl.row_regs - H) {
-      case 1: return l->main(SC_ROWS_NAME("speculative, K = 1"), fwd_decode_linear_rows<T, CH, H + 1, true, false>, pl, a);
-      case 2: return l->main(SC_ROWS_NAME("speculative, K = 2"), fwd_decode_linear_rows<T, CH, H + 2, true, false>, pl, a);
-      case 3: return l->main(SC_ROWS_NAME("speculative, K = 3"), fwd_decode_linear_rows<T, CH, H + 3, true, false>, pl, a);
-      case 4: return l->main(SC_ROWS_NAME("speculative, K = 4"), fwd_decode_linear_rows<T, CH, H + 4, true, false>, pl, a);
+      case 1: return l->main(SC_ROWS_NAME("speculative, K = 1"), fwd_decode_linear_rows<T, CH, H + 1, true>, pl, a);
+      case 2: return l->main(SC_ROWS_NAME("speculative, K = 2"), fwd_decode_linear_rows<T, CH, H + 2, true>, pl, a);
+      case 3: return l->main(SC_ROWS_NAME("speculative, K = 3"), fwd_decode_linear_rows<T, CH, H + 3, true>, pl, a);
+      case 4: return l->main(SC_ROWS_NAME("speculative, K = 4"), fwd_decode_linear_rows<T, CH, H + 4, true>, pl, a);
       default: return l->no_instance("decode, speculative rows in registers (S - (W-1) in 1..4)");
     }
   }
-  if (pl.plain_step && pl.overlap == kOverlapReads) {
-    if (pl.row_regs == H)
-      return l->main(SC_ROWS_NAME("plain, reads ahead, S = W-1"), fwd_decode_linear_rows<T, CH, H, false, true, kOverlapReads>, pl, a);
-    if (pl.row_regs == H + 1)
-      return l->main(SC_ROWS_NAME("plain, reads ahead, S = W"), fwd_decode_linear_rows<T, CH, H + 1, false, true, kOverlapReads>, pl, a);
-  }
-  if (pl.plain_step && pl.overlap == kOverlapLaunch) {
-    if (pl.row_regs == H)
-      return l->main(SC_ROWS_NAME("plain, overlapped, S = W-1"), fwd_decode_linear_rows<T, CH, H, false, true, kOverlapLaunch>, pl, a);
-    if (pl.row_regs == H + 1)
-      return l->main(SC_ROWS_NAME("plain, overlapped, S = W"), fwd_decode_linear_rows<T, CH, H + 1, false, true, kOverlapLaunch>, pl, a);
-  }
-  if (pl.plain_step) {
-    if (pl.row_regs == H)
-      return l->main(SC_ROWS_NAME("plain, S = W-1"), fwd_decode_linear_rows<T, CH, H, false, true>, pl, a);
-    if (pl.row_regs == H + 1)
-      return l->main(SC_ROWS_NAME("plain, S = W"), fwd_decode_linear_rows<T, CH, H + 1, false, true>, pl, a);
-  }
   if (pl.row_regs == H)
-    return l->main(SC_ROWS_NAME("S = W-1"), fwd_decode_linear_rows<T, CH, H, false, false>, pl, a);
+    return l->main(SC_ROWS_NAME("S = W-1"), fwd_decode_linear_rows<T, CH, H, false>, pl, a);
   if (pl.row_regs == H + 1)
-    return l->main(SC_ROWS_NAME("S = W"), fwd_decode_linear_rows<T, CH, H + 1, false, false>, pl, a);
+    return l->main(SC_ROWS_NAME("S = W"), fwd_decode_linear_rows<T, CH, H + 1, false>, pl, a);
   return l->no_instance("decode, rows in registers");
 }
 #undef SC_ROWS_NAME
@@ -406,12 +288,12 @@ cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a
     } else {
       constexpr int kWide = DecodeTraits::kWideBytes / int(sizeof(T));
       constexpr int kNarrow = DecodeTraits::kVecBytes / int(sizeof(T));
+      if (pl.plain_step) return launch_decode_plain(p, pl, a, l);
       if (pl.row_regs > 0) {
         if (pl.ch == kWide) return launch_rows_in_registers<T, kWide>(p, pl, a, l);
         if (pl.ch == kNarrow) return launch_rows_in_registers<T, kNarrow>(p, pl, a, l);
         return l->no_instance("decode, rows in registers");
       }
-      if (pl.plain_step) return launch_decode_plain(p, pl, a, l);
       // (the plan's overlap: kOverlapLaunch for raw taps' steps other than the plain one)
       if (pl.ch == kWide) {
         if (pl.raw_taps && pl.overlap == kOverlapLaunch)

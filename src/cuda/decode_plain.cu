@@ -1,44 +1,51 @@
-// fwd_decode_plain: the engines' common decode step (the plan's plain_step on
-// vLLM rows): one token per sequence of a dense batch, state rows of exactly
-// W-1 entries whose channel axis is contiguous (vLLM's pools), raw taps
-// (W = kVecWmax, weight [D, W] and bias [D] of x's dtype, contiguous, 16-byte
-// aligned), rows by pool index or by n; no ring offsets, block tables,
-// has_initial_state flags or accepted counts.
+// fwd_decode_plain: the engines' common decode step (the plan's plain_step):
+// one token per sequence of a dense batch, raw taps (W = kVecWmax, weight
+// [D, W] and bias [D] of x's dtype, contiguous, 16-byte aligned), rows by pool
+// index or by n, no ring offsets, block tables, has_initial_state flags or
+// accepted counts; on vLLM's rows of W-1 entries (channel axis contiguous) or
+// on [P, D, S] rows of S = W-1 or W entries held in registers.
 //
-// Math (docs/semantics.md §1 and §5 with L = 1, S = W-1 = H), per sequence n
-// and channel d, row = h0's row (zeros without one):
-//   y = act(bias + sum_{k<H} w[k] * row[k] + w[H] * x) + residual,
-//   ht row: row'[j] = row[j + 1] (j < H - 1), row'[H - 1] = x.
+// Math (docs/semantics.md §1 and §5 with L = 1), per sequence n and channel
+// d, row = h0's row of S entries (zeros without one; S = W-1 = H on vLLM rows):
+//   y = act(bias + sum_{k<H} w[k] * row[S - H + k] + w[H] * x) + residual,
+//   ht row: row'[j] = row[j + 1] (j < S - 1), row'[S - 1] = x.
 //
 // Ownership and grid: fwd_decode_linear's (decode_linear.cu).  A thread owns
 // CH consecutive channels of one sequence (kVecBytes of x, or kWideBytes in
 // the wide instance); a block kThreads threads along the channels; grid
-// N x ceil(D / (kThreads * CH)).  Every row entry is stored from a register
-// after the thread's loads of that row, so the in-place update needs no
-// barrier (each element has one owner thread).  No workspace, no host
-// synchronisation; row indices are read on the device and clamped (semantics §7).
+// N x ceil(D / (kThreads * CH)).  On [P, D, S] rows the thread's block of the
+// row, CH * S adjacent elements, is loaded as raw vectors and moved into
+// per-entry packs (RowBlock, decode.cuh), and back.  Every row entry is
+// stored from a register after the thread's loads of that row, so the
+// in-place update needs no barrier (each element has one owner thread).  No
+// workspace, no host synchronisation; row indices are read on the device and
+// clamped (semantics §7).
 //
-// Why this kernel (it replaced an instance of the same math taking the
-// library's 1400-byte argument block, which also stepped longer rows): at
-// batch 1-64 a step is one warp per scheduler and its time is its latency
-// path, the launch, the row index's round trip, the row's, and the
+// Why this kernel.  It replaced two instances of the same math on the
+// library's 1400-byte argument block (fwd_decode_linear's plain form, which
+// also stepped longer vLLM rows, and fwd_decode_linear_rows' PLAIN form).
+// At batch 1-64 a step is one warp per scheduler and its time is its latency
+// path: the launch, the row index's round trip, the row's, and the
 // instructions between them.  Here
 // - the arguments are PlainArgs (176 bytes, 3 constant-cache lines; the
-//   block's fields were spread over 9-10 of Args' 22, each first read in a
-//   launch a miss);
+//   fields the step read were spread over 9-10 of Args' 22 lines, each
+//   first read in a launch a miss);
 // - the row indices' type is a template parameter (I): the run-time choice
 //   between 32- and 64-bit loads put a select between the index's load and
-//   the row's address, and predicated twin loads on the path;
-// - S = W-1 is a compile-time shape: entry i of the row is at a fixed
-//   multiple of the entry stride, computed before the index arrives, so the
-//   index is followed by one compare-and-select and one multiply-add before
-//   the row's loads (was 64-bit products per entry, and a loop for rows
-//   longer than W-1, which now take fwd_decode_linear).
-// 152-232 instructions of SASS against 376 (bf16, narrow).  Measured with
-// copies of both kernels in one program (H100, bf16, D = 4096, graphs of 100
-// steps, int32 indices): batch 1 2.08 -> 1.49 us, reads ahead (OV below)
-// 1.44 -> 0.97; batch 8 2.31 -> 1.76 / 1.53 -> 1.15 (bench/RESULTS.md has the
-// library's figures).
+//   the row's address, and twin predicated loads on that path;
+// - the row's length is a compile-time shape: entry i is at a fixed multiple
+//   of the entry stride, computed before the index arrives, so the index is
+//   followed by one compare-and-select and one multiply-add before the row's
+//   loads (were 64-bit products per entry, and a loop for vLLM rows longer
+//   than W-1, which now take fwd_decode_linear).
+// vLLM rows, bf16, narrow: 228 instructions of SASS against 376.  Copies of
+// both kernels in one program (H100, bf16, D = 4096, graphs of 100 steps):
+// batch 1 2.08 -> 1.49 us (reads ahead: 1.44 -> 0.97); of that, against the
+// new form, the run-time index type alone cost 0.06 us (reads ahead 0.15),
+// the large block alone 0.06 (0.04).  In the library, vLLM rows,
+// D = 4096, batch 1 / 8 / 64 / 256: 2.22 / 2.42 / 3.19 / 6.97 -> 1.57 /
+// 1.79 / 2.45 / 6.03 us; reads ahead 1.10 / 1.28 / 1.93 / 4.89
+// (bench/RESULTS.md, 2026-12-06).
 //
 // OV (the plan's overlap, common.cuh): kOverlapLaunch waits for the previous
 // kernel first.  kOverlapReads (SC_OVERLAP_READS) issues the indices, taps,
@@ -67,8 +74,9 @@ struct PlainArgs {
   const void* residual;  // [N, D], r_n, or nullptr
   const void* h0_idx;    // [N] rows of h0 (I; stride h0_idx_s), nullptr: row n
   const void* ht_idx;    // [N] rows of ht, likewise
-  const void* h0;        // pool [P0, D, H]: row r entry j channel d at r * h0_row + j * h0_entry + d; nullptr: zeros
-  void* ht;              // pool [P1, D, H], likewise (nullptr: not written)
+  const void* h0;        // pool [P0, D, S]: vLLM rows: row r entry j channel d at r * h0_row + j * h0_entry + d,
+                         // [P, D, S] rows: at r * h0_row + d * S + j; nullptr: zeros
+  void* ht;              // pool [P1, D, S], likewise (nullptr: not written)
   int64_t x_n, y_n, r_n;
   int64_t h0_idx_s, ht_idx_s;
   int64_t h0_row, h0_entry, h0_rows;  // h0_rows: P0 (rows past it, and the pad index, are no row)
@@ -112,12 +120,14 @@ __device__ __forceinline__ int64_t plain_row(int64_t r, int64_t rows, bool index
   return r < 0 || r >= rows || (indexed && r == pad) ? -1 : r;
 }
 
-template <class T, int CH, int OV, class I>
+template <class T, int CH, int S_, int OV, class I>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, true>()))
     fwd_decode_plain(const PlainArgs a) {
   using A = acc_t<T>;
   using P = Pack<T, CH>;
+  using B = RowBlock<T, CH, (S_ > 0 ? S_ : DecodeTraits::kVecWmax - 1)>;  // (used when S_ > 0)
   constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1;
+  static_assert(S_ == 0 || S_ >= H, "a [P, D, S] row holds the window");
   constexpr bool AHEAD = OV == kOverlapReads;
   const int n = int(blockIdx.x);  // grid.x = N
   const int d0 = int(blockIdx.y * blockDim.x + threadIdx.x) * CH;
@@ -132,22 +142,38 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   P rv = AHEAD || !rp ? P::zero() : ldp<T, CH>(rp);
   RawTaps<T, WMAX, CH> taps;
   taps.load(static_cast<const T*>(a.weight), static_cast<const T*>(a.bias), d0);
-  // the second: the row's H entries
+  // the second: the row (vLLM rows: H entries of CH channels; [P, D, S] rows:
+  // the thread's block, CH * S adjacent elements)
   const int64_t in = a.h0 ? plain_row(ri, a.h0_rows, a.h0_idx != nullptr, a.pad_index) : -1;
   const int64_t out = a.ht ? plain_row(ro, a.ht_rows, a.ht_idx != nullptr, a.pad_index) : -1;
-  const T* h0 = static_cast<const T*>(a.h0) + (in >= 0 ? in : 0) * a.h0_row + d0;
-  T* ht = static_cast<T*>(a.ht) + (out >= 0 ? out : 0) * a.ht_row + d0;
-  P win[H];  // win[i] = row[i] (zeros: no initial state)
+  constexpr int64_t kBlock = S_ > 0 ? S_ : 1;  // elements per channel in a [P, D, S] row
+  const T* h0 = static_cast<const T*>(a.h0) + (in >= 0 ? in : 0) * a.h0_row + d0 * kBlock;
+  T* ht = static_cast<T*>(a.ht) + (out >= 0 ? out : 0) * a.ht_row + d0 * kBlock;
+  P win[H];  // the window: win[i] = row[S - H + i] (zeros: no initial state)
+  B blk;
+  if constexpr (S_ == 0) {
 #pragma unroll
-  for (int i = 0; i < H; ++i) win[i] = in >= 0 ? ldp<T, CH>(h0 + i * a.h0_entry) : P::zero();
+    for (int i = 0; i < H; ++i) win[i] = in >= 0 ? ldp<T, CH>(h0 + i * a.h0_entry) : P::zero();
+  } else {
+#pragma unroll
+    for (int i = 0; i < B::kVecs; ++i)
+      blk.v[i] = in >= 0 ? ldp<T, B::kPer>(h0 + i * B::kPer) : Pack<T, B::kPer>::zero();
+  }
   if constexpr (AHEAD) {
     overlap_wait();
     xv = ldp<T, CH>(xp);
     if (rp) rv = ldp<T, CH>(rp);
   }
-  if (out >= 0) {
+  P row[S_ > 0 ? S_ : 1];  // [P, D, S] rows: row[j] = entry j, then the new row
+  if constexpr (S_ == 0) {
+    if (out >= 0) {  // entries 1 .. H-1 move down (x, the last, after the output)
 #pragma unroll
-    for (int i = 1; i < H; ++i) stp<T, CH>(ht + (i - 1) * a.ht_entry, win[i]);
+      for (int i = 1; i < H; ++i) stp<T, CH>(ht + (i - 1) * a.ht_entry, win[i]);
+    }
+  } else {
+    blk.to_packs(row);
+#pragma unroll
+    for (int i = 0; i < H; ++i) win[i] = row[S_ - H + i];
   }
   const RuntimeAct<MathOf<T>> act{a.act};
   A acc[CH];
@@ -161,23 +187,60 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
     }
     stp<T, CH>(static_cast<T*>(a.y) + n * a.y_n + d0, P::make(o));
   }
-  if (out >= 0) stp<T, CH>(ht + (H - 1) * a.ht_entry, xv);
+  if (out < 0) return;
+  if constexpr (S_ == 0) {
+    stp<T, CH>(ht + (H - 1) * a.ht_entry, xv);
+  } else {
+#pragma unroll
+    for (int j = 0; j + 1 < S_; ++j) row[j] = row[j + 1];
+    row[S_ - 1] = xv;
+    blk.from_packs(row);
+#pragma unroll
+    for (int i = 0; i < B::kVecs; ++i) stp<T, B::kPer>(ht + i * B::kPer, blk.v[i]);
+  }
 }
 
-// The instance of CH channels per thread, row index type I, for the plan's overlap.
-template <class T, int CH, class I>
+// The instance of CH channels per thread, rows S_ (0: vLLM rows), row index
+// type I, for the plan's overlap.
+template <class T, int CH, int S_, class I>
 cudaError_t launch_plain(const Plan& pl, const PlainArgs& a, Launch* l) {
   constexpr bool kWide = CH * int(sizeof(T)) == DecodeTraits::kWideBytes;
   constexpr bool k32 = sizeof(I) == 4;
-#define SC_PLAIN_NAME(ov) \
-  (kWide ? (k32 ? "fwd_decode_plain(" ov "int32 rows)" : "fwd_decode_plain(" ov "int64 rows)") \
-         : (k32 ? "fwd_decode_plain(narrow, " ov "int32 rows)" : "fwd_decode_plain(narrow, " ov "int64 rows)"))
+  constexpr bool kVllm = S_ == 0, kS3 = S_ == DecodeTraits::kVecWmax - 1;
+  // "fwd_decode_plain([narrow, ]<rows>, <overlap>int<32|64> rows)", spelled once per mode
+#define SC_PLAIN_NAME(ov)                                                                     \
+  (kWide ? (kVllm ? (k32 ? "fwd_decode_plain(vLLM rows, " ov "int32)" : "fwd_decode_plain(vLLM rows, " ov "int64)") \
+            : kS3 ? (k32 ? "fwd_decode_plain([P, D, S] rows, S = W-1, " ov "int32)"                       \
+                         : "fwd_decode_plain([P, D, S] rows, S = W-1, " ov "int64)")                       \
+                  : (k32 ? "fwd_decode_plain([P, D, S] rows, S = W, " ov "int32)"                          \
+                         : "fwd_decode_plain([P, D, S] rows, S = W, " ov "int64)"))                        \
+         : (kVllm ? (k32 ? "fwd_decode_plain(narrow, vLLM rows, " ov "int32)"                              \
+                         : "fwd_decode_plain(narrow, vLLM rows, " ov "int64)")                             \
+            : kS3 ? (k32 ? "fwd_decode_plain(narrow, [P, D, S] rows, S = W-1, " ov "int32)"                \
+                         : "fwd_decode_plain(narrow, [P, D, S] rows, S = W-1, " ov "int64)")               \
+                  : (k32 ? "fwd_decode_plain(narrow, [P, D, S] rows, S = W, " ov "int32)"                  \
+                         : "fwd_decode_plain(narrow, [P, D, S] rows, S = W, " ov "int64)")))
   switch (pl.overlap) {
-    case kOverlapReads: return l->main(SC_PLAIN_NAME("reads ahead, "), fwd_decode_plain<T, CH, kOverlapReads, I>, pl, a);
-    case kOverlapLaunch: return l->main(SC_PLAIN_NAME("overlapped, "), fwd_decode_plain<T, CH, kOverlapLaunch, I>, pl, a);
-    default: return l->main(SC_PLAIN_NAME(""), fwd_decode_plain<T, CH, kOverlapNone, I>, pl, a);
+    case kOverlapReads:
+      return l->main(SC_PLAIN_NAME("reads ahead, "), fwd_decode_plain<T, CH, S_, kOverlapReads, I>, pl, a);
+    case kOverlapLaunch:
+      return l->main(SC_PLAIN_NAME("overlapped, "), fwd_decode_plain<T, CH, S_, kOverlapLaunch, I>, pl, a);
+    default:
+      return l->main(SC_PLAIN_NAME(""), fwd_decode_plain<T, CH, S_, kOverlapNone, I>, pl, a);
   }
 #undef SC_PLAIN_NAME
+}
+
+// The row layout's instance (pl.row_regs: 0 vLLM rows, else [P, D, S] rows of S = W-1 or W).
+template <class T, int CH, class I>
+cudaError_t launch_plain_rows(const Plan& pl, const PlainArgs& a, Launch* l) {
+  constexpr int H = DecodeTraits::kVecWmax - 1;
+  switch (pl.row_regs) {
+    case 0: return launch_plain<T, CH, 0, I>(pl, a, l);
+    case H: return launch_plain<T, CH, H, I>(pl, a, l);
+    case H + 1: return launch_plain<T, CH, H + 1, I>(pl, a, l);
+    default: return l->no_instance("fwd_decode_plain ([P, D, S] rows of S = W-1 or W)");
+  }
 }
 
 }  // namespace
@@ -193,9 +256,9 @@ cudaError_t launch_decode_plain(const Problem& p, const Plan& pl, const Args& a,
       constexpr int kNarrow = DecodeTraits::kVecBytes / int(sizeof(T));
       const bool i32 = pl.plain_index == SC_I32;
       if (pl.ch == kWide)
-        return i32 ? launch_plain<T, kWide, int32_t>(pl, pa, l) : launch_plain<T, kWide, int64_t>(pl, pa, l);
+        return i32 ? launch_plain_rows<T, kWide, int32_t>(pl, pa, l) : launch_plain_rows<T, kWide, int64_t>(pl, pa, l);
       if (pl.ch == kNarrow)
-        return i32 ? launch_plain<T, kNarrow, int32_t>(pl, pa, l) : launch_plain<T, kNarrow, int64_t>(pl, pa, l);
+        return i32 ? launch_plain_rows<T, kNarrow, int32_t>(pl, pa, l) : launch_plain_rows<T, kNarrow, int64_t>(pl, pa, l);
       return l->no_instance("fwd_decode_plain");
     }
   });

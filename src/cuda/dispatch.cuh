@@ -198,8 +198,8 @@ cudaError_t launch_decode(const Problem& p, const Plan& pl, const Args& a, Launc
 // Its linear steps with the state rows in registers (decode_linear.cu: vLLM
 // rows, short [P, D, S] rows of the wide instance), called by launch_decode.
 cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a, Launch* l);
-// The plain step on vLLM rows (decode_plain.cu: Plan::plain_step with
-// row_regs = 0), called by launch_decode_linear.
+// The plain step (decode_plain.cu: Plan::plain_step, vLLM rows or [P, D, S]
+// rows in registers), called by launch_decode_linear.
 cudaError_t launch_decode_plain(const Problem& p, const Plan& pl, const Args& a, Launch* l);
 
 // The kernels' argument block for a problem and its plan (backend.cu).

@@ -249,12 +249,13 @@ void plan_decode(const Problem& p, int sms, Plan* pl) {
   if (pl->state_io == StateIo::row_vec && !p.parents &&
       decode_raw_taps(p) && (p.accepted ? spec_rows_in_registers(p) : (p.S == W - 1 || p.S == W)))
     pl->row_regs = p.S;
-  // fwd_decode_plain: rows of W-1 entries, indices of one dtype (its template parameters)
+  // fwd_decode_plain: vLLM rows of W-1 entries or [P, D, S] rows in registers, row indices
+  // of one dtype (its template parameters)
   const bool one_index_type = !p.h0_idx || !p.ht_idx || p.h0_idx.dtype == p.ht_idx.dtype;
-  const bool vllm_plain = pl->raw_taps && p.S == W - 1 && one_index_type;
-  pl->plain_step = (vllm_plain || pl->row_regs > 0) && !p.packed && p.T == 1 && !p.ring &&
-                   !p.table && !p.has_h0 && !p.accepted && !p.parents && !p.seq_idx;
-  if (pl->plain_step && pl->row_regs == 0) {
+  const bool vllm_plain = pl->raw_taps && p.S == W - 1;
+  pl->plain_step = (vllm_plain || pl->row_regs > 0) && one_index_type && !p.packed && p.T == 1 &&
+                   !p.ring && !p.table && !p.has_h0 && !p.accepted && !p.parents && !p.seq_idx;
+  if (pl->plain_step) {
     const View& idx = p.h0_idx ? p.h0_idx : p.ht_idx;
     pl->plain_index = idx && idx.dtype == SC_I32 ? SC_I32 : SC_I64;
   }

@@ -63,11 +63,10 @@ struct Plan {
   bool raw_taps = false;    // decode on vLLM rows (decode_linear.cu): taps kept as the weight's
                             // words (weight [D, kVecWmax] contiguous, bias [D] or none, of
                             // x's dtype, 16-byte aligned)
-  bool plain_step = false;  // decode with raw taps on vLLM rows of W-1 entries whose index
-                            // tensors share one dtype, or on [P, D, S] rows in registers:
-                            // one token per sequence of a dense batch, no ring offsets, block
-                            // tables, flags or accepted counts (fwd_decode_plain; the rows
-                            // kernel's PLAIN instance)
+  bool plain_step = false;  // decode with raw taps on vLLM rows of W-1 entries or on [P, D, S]
+                            // rows in registers, row indices of one dtype: one token per
+                            // sequence of a dense batch, no ring offsets, block tables, flags
+                            // or accepted counts (fwd_decode_plain, decode_plain.cu)
   int plain_index = SC_I64;  // fwd_decode_plain: the row indices' dtype (SC_I32, SC_I64), the
                             // instance's (SC_I64 without index tensors)
   int overlap = SC_OVERLAP_NONE;  // decode: the instance's sc_exec.overlap mode, launched to overlap the

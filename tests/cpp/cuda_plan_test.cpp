@@ -624,11 +624,11 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
   }
 }
 
-// The plain step (fwd_decode_plain on vLLM rows of W-1 entries, per row-index
-// dtype; fwd_decode_linear_rows' PLAIN instance on [P, D, S] rows of W-1 or W
-// entries): raw taps, one token per sequence of a dense batch, none of the ring offsets, block tables, has_initial_state
-// flags, accepted counts or parents; every other step keeps the generic
-// instance.
+// The plain step (fwd_decode_plain, per row layout and row-index dtype: vLLM
+// rows of W-1 entries, [P, D, S] rows of W-1 or W entries): raw taps, one
+// token per sequence of a dense batch, row indices of one dtype, none of the
+// ring offsets, block tables, has_initial_state flags, accepted counts or
+// parents; every other step keeps the generic instance.
 TEST(CudaPlan, PlainDecodeStep) {
   alignas(64) static char params[64];
   auto step = [&](int64_t B, int64_t T, bool vllm, sc_dtype param = SC_BF16) {
@@ -653,20 +653,23 @@ TEST(CudaPlan, PlainDecodeStep) {
     EXPECT_TRUE(rows.plain_step) << "[P, D, S] rows of W-1 entries";
     EXPECT_EQ(rows.row_regs, 3);
     EXPECT_FALSE(plan_for(step(B, 1, true, SC_F32), Path::decode, 132).plain_step) << "no raw taps";
-    // fwd_decode_plain's instances: rows of W-1 entries, the row indices' dtype
+    // fwd_decode_plain's instances: the row layout (vLLM rows of W-1 entries,
+    // [P, D, S] rows in registers), the row indices' dtype
     for (const sc_dtype I : {SC_I32, SC_I64}) {
-      Problem q = step(B, 1, true);
-      q.h0_idx.dtype = q.ht_idx.dtype = I;
-      const Plan o = plan_for(q, Path::decode, 132);
-      EXPECT_TRUE(o.plain_step);
-      EXPECT_EQ(o.plain_index, I);
-      q.ht_idx.dtype = I == SC_I32 ? SC_I64 : SC_I32;  // two dtypes: fwd_decode_linear
-      EXPECT_FALSE(plan_for(q, Path::decode, 132).plain_step) << "index dtypes differ";
-      q.ht_idx.dtype = I;
-      q.ht_idx.present = false;  // one index tensor: its dtype
-      EXPECT_EQ(plan_for(q, Path::decode, 132).plain_index, I);
-      q.h0_idx.present = false;  // none: rows n
-      EXPECT_TRUE(plan_for(q, Path::decode, 132).plain_step);
+      for (bool vllm : {true, false}) {
+        Problem q = step(B, 1, vllm);
+        q.h0_idx.dtype = q.ht_idx.dtype = I;
+        const Plan o = plan_for(q, Path::decode, 132);
+        EXPECT_TRUE(o.plain_step);
+        EXPECT_EQ(o.plain_index, I);
+        q.ht_idx.dtype = I == SC_I32 ? SC_I64 : SC_I32;  // two dtypes: the generic linear kernels
+        EXPECT_FALSE(plan_for(q, Path::decode, 132).plain_step) << "index dtypes differ";
+        q.ht_idx.dtype = I;
+        q.ht_idx.present = false;  // one index tensor: its dtype
+        EXPECT_EQ(plan_for(q, Path::decode, 132).plain_index, I);
+        q.h0_idx.present = false;  // none: rows n
+        EXPECT_TRUE(plan_for(q, Path::decode, 132).plain_step);
+      }
     }
     for (int S : {4, 7}) {  // vLLM rows longer than W-1: fwd_decode_linear (waits first under overlap)
       Problem q = decode_step(B, 1, 8192, 1024, 4, S, SC_BF16, true);

@@ -624,74 +624,77 @@ TEST(Cuda, Over2Pow31Elements) {
   for (void* p : {x, y, dx, dw, db, dw_ws, ws}) cudaFree(p);
 }
 
-// The plain step's kernel (fwd_decode_plain: one token per sequence on vLLM
-// rows of W-1 entries, raw taps), whose instances are per row-index dtype and
-// overlap mode, over the options it reads at run time: int32 and int64 row
-// indices, contiguous and strided (poison between the entries), pad slots
-// and -1 rows; rows written elsewhere than read, another pool, no initial
-// state, no final state, no pool (row n); a residual, no bias, the identity;
-// batch 1 and 8 (narrow) and 64 at D = 4096 (wide); each overlap mode.
-// Against the oracle (the rows are copies: bitwise).
+// The plain step's kernel (fwd_decode_plain: one token per sequence, raw
+// taps, on vLLM rows of W-1 entries or [P, D, S] rows of W-1 or W entries),
+// whose instances are per row layout, row-index dtype and overlap mode, over
+// the options it reads at run time: int32 and int64 row indices, contiguous
+// and strided (poison between the entries), pad slots and -1 rows; rows
+// written elsewhere than read, another pool, no initial state, no final
+// state, no pool (row n); a residual, no bias, the identity; batch 1 and 8
+// (narrow) and 64 at D = 4096 (wide); each overlap mode.  Against the oracle
+// (the rows are copies: bitwise).
 TEST(Cuda, PlainStepForms) {
   REQUIRE_GPU();
   std::mt19937_64 rng(41);
-  const int W = 4, S = W - 1;
+  const int W = 4;
   for (const auto& [B, D] : {std::pair<int64_t, int64_t>{1, 1024}, {8, 1024}, {64, 4096}})
-    for (const sc_dtype I : {SC_I32, SC_I64})
-      for (int form = 0; form < 7; ++form) {
-        const int64_t P = B + 24;
-        Case c = decode_case(W, B, 1, D, S, P, true, P + 2);
-        c.index_dtype = I;
-        c.index_stride = form % 2 ? 3 : 1;
-        c.overlap = int(rng() % 3);
-        std::vector<int64_t> r(static_cast<size_t>(P));
-        for (int64_t i = 0; i < P; ++i) r[size_t(i)] = i;
-        std::shuffle(r.begin(), r.end(), rng);
-        c.h0_index.assign(r.begin(), r.begin() + B);
-        for (int64_t n = 0; n < B; n += 3) c.h0_index[size_t(n)] = n % 2 ? -1 : c.pad_index;
-        c.ht_index = c.h0_index;
-        const char* what = "in place";
-        switch (form) {
-          case 1:  // rows written elsewhere than read, in another pool
-            what = "another pool";
-            c.in_place = false;
-            for (auto& v : c.ht_index)
-              if (v >= 0 && v != c.pad_index) v = (v + 5) % P;
-            break;
-          case 2:
-            what = "no initial state";
-            c.in_place = false;
-            c.h0 = false;
-            c.h0_index.clear();
-            break;
-          case 3:
-            what = "no final state";
-            c.in_place = false;
-            c.ht = false;
-            c.ht_index.clear();
-            break;
-          case 4:
-            what = "no pool (row n)";
-            c.pool = 0;
-            c.in_place = false;
-            c.h0_index.clear();
-            c.ht_index.clear();
-            break;
-          case 5:
-            what = "a residual, no bias, the identity";
-            c.residual = true;
-            c.bias = false;
-            c.act = SC_ACT_NONE;
-            break;
-          case 6:
-            what = "fp32";
-            c.act_dtype = c.param_dtype = c.state_dtype = SC_F32;
-            break;
+    for (const int S : {0, W - 1, W})  // 0: vLLM rows (of W-1 entries)
+      for (const sc_dtype I : {SC_I32, SC_I64})
+        for (int form = 0; form < 7; ++form) {
+          const int64_t P = B + 24;
+          Case c = decode_case(W, B, 1, D, S > 0 ? S : W - 1, P, S == 0, P + 2);
+          c.index_dtype = I;
+          c.index_stride = form % 2 ? 3 : 1;
+          c.overlap = int(rng() % 3);
+          std::vector<int64_t> r(static_cast<size_t>(P));
+          for (int64_t i = 0; i < P; ++i) r[size_t(i)] = i;
+          std::shuffle(r.begin(), r.end(), rng);
+          c.h0_index.assign(r.begin(), r.begin() + B);
+          for (int64_t n = 0; n < B; n += 3) c.h0_index[size_t(n)] = n % 2 ? -1 : c.pad_index;
+          c.ht_index = c.h0_index;
+          const char* what = "in place";
+          switch (form) {
+            case 1:  // rows written elsewhere than read, in another pool
+              what = "another pool";
+              c.in_place = false;
+              for (auto& v : c.ht_index)
+                if (v >= 0 && v != c.pad_index) v = (v + 5) % P;
+              break;
+            case 2:
+              what = "no initial state";
+              c.in_place = false;
+              c.h0 = false;
+              c.h0_index.clear();
+              break;
+            case 3:
+              what = "no final state";
+              c.in_place = false;
+              c.ht = false;
+              c.ht_index.clear();
+              break;
+            case 4:
+              what = "no pool (row n)";
+              c.pool = 0;
+              c.in_place = false;
+              c.h0_index.clear();
+              c.ht_index.clear();
+              break;
+            case 5:
+              what = "a residual, no bias, the identity";
+              c.residual = true;
+              c.bias = false;
+              c.act = SC_ACT_NONE;
+              break;
+            case 6:
+              what = "fp32";
+              c.act_dtype = c.param_dtype = c.state_dtype = SC_F32;
+              break;
+          }
+          SCOPED_TRACE(std::string(what) + ", batch " + std::to_string(B) + (I == SC_I32 ? ", int32" : ", int64") +
+                       (S == 0 ? ", vLLM rows" : ", [P, D, S] rows, S = " + std::to_string(S)) +
+                       ", overlap " + std::to_string(c.overlap));
+          EXPECT_CASE(c);
         }
-        SCOPED_TRACE(std::string(what) + ", batch " + std::to_string(B) + (I == SC_I32 ? ", int32" : ", int64") +
-                     ", overlap " + std::to_string(c.overlap));
-        EXPECT_CASE(c);
-      }
 }
 
 // exec.overlap on the decode path, each form against the oracle: the plain
