@@ -90,13 +90,13 @@ typedef struct sc_tensor {
 /* Whether a CUDA call's kernel may start while the kernel before it in the
  * stream finishes (programmatic dependent launch; devices of compute capability
  * 9.0 and newer).  Honoured by the engines' common decode steps: one token per
- * sequence of a dense batch with the weight as [D, 4] of x's dtype and no
- * flags, rings, tables or accepted counts, on channel-contiguous (vLLM) rows
- * of W-1 entries whose index tensors share one dtype or on [D, S] rows of W-1
- * or W entries (LAUNCH and READS), and the other steps on channel-contiguous
- * rows with such a weight, speculative ones included (READS acts as LAUNCH
- * there).  Every other kernel, every other
- * device and the host backends run as with SC_OVERLAP_NONE.  Results never
+ * sequence of a dense batch with the weight as [D, 4] of x's dtype, no flags,
+ * rings, tables or accepted counts and index tensors of one dtype, on
+ * channel-contiguous (vLLM) rows of W-1 entries or contiguous [P, D, S] rows
+ * of W-1 or W entries (LAUNCH and READS); and by the other steps on
+ * channel-contiguous rows with such a weight, speculative ones included
+ * (READS acts as LAUNCH there).  Every other kernel, every other device and
+ * the host backends run as with SC_OVERLAP_NONE.  Results never
  * depend on it. */
 typedef enum sc_overlap {
   SC_OVERLAP_NONE = 0,   /* a kernel starts once the stream's earlier work has completed */
