@@ -207,19 +207,14 @@ cudaError_t launch_plain(const Plan& pl, const PlainArgs& a, Launch* l) {
   constexpr bool kWide = CH * int(sizeof(T)) == DecodeTraits::kWideBytes;
   constexpr bool k32 = sizeof(I) == 4;
   constexpr bool kVllm = S_ == 0, kS3 = S_ == DecodeTraits::kVecWmax - 1;
-  // "fwd_decode_plain([narrow, ]<rows>, <overlap>int<32|64> rows)", spelled once per mode
-#define SC_PLAIN_NAME(ov)                                                                     \
-  (kWide ? (kVllm ? (k32 ? "fwd_decode_plain(vLLM rows, " ov "int32)" : "fwd_decode_plain(vLLM rows, " ov "int64)") \
-            : kS3 ? (k32 ? "fwd_decode_plain([P, D, S] rows, S = W-1, " ov "int32)"                       \
-                         : "fwd_decode_plain([P, D, S] rows, S = W-1, " ov "int64)")                       \
-                  : (k32 ? "fwd_decode_plain([P, D, S] rows, S = W, " ov "int32)"                          \
-                         : "fwd_decode_plain([P, D, S] rows, S = W, " ov "int64)"))                        \
-         : (kVllm ? (k32 ? "fwd_decode_plain(narrow, vLLM rows, " ov "int32)"                              \
-                         : "fwd_decode_plain(narrow, vLLM rows, " ov "int64)")                             \
-            : kS3 ? (k32 ? "fwd_decode_plain(narrow, [P, D, S] rows, S = W-1, " ov "int32)"                \
-                         : "fwd_decode_plain(narrow, [P, D, S] rows, S = W-1, " ov "int64)")               \
-                  : (k32 ? "fwd_decode_plain(narrow, [P, D, S] rows, S = W, " ov "int32)"                  \
-                         : "fwd_decode_plain(narrow, [P, D, S] rows, S = W, " ov "int64)")))
+  // "fwd_decode_plain([narrow, ]<rows>, [<overlap>, ]int32|int64)"
+#define SC_PLAIN_ROWS(narrow, ov, idx)                                                      \
+  (kVllm ? "fwd_decode_plain(" narrow "vLLM rows, " ov idx ")"                              \
+   : kS3 ? "fwd_decode_plain(" narrow "[P, D, S] rows, S = W-1, " ov idx ")"                \
+         : "fwd_decode_plain(" narrow "[P, D, S] rows, S = W, " ov idx ")")
+#define SC_PLAIN_NAME(ov)                                                                   \
+  (kWide ? (k32 ? SC_PLAIN_ROWS("", ov, "int32") : SC_PLAIN_ROWS("", ov, "int64"))          \
+         : (k32 ? SC_PLAIN_ROWS("narrow, ", ov, "int32") : SC_PLAIN_ROWS("narrow, ", ov, "int64")))
   switch (pl.overlap) {
     case kOverlapReads:
       return l->main(SC_PLAIN_NAME("reads ahead, "), fwd_decode_plain<T, CH, S_, kOverlapReads, I>, pl, a);
@@ -228,6 +223,7 @@ cudaError_t launch_plain(const Plan& pl, const PlainArgs& a, Launch* l) {
     default:
       return l->main(SC_PLAIN_NAME(""), fwd_decode_plain<T, CH, S_, kOverlapNone, I>, pl, a);
   }
+#undef SC_PLAIN_ROWS
 #undef SC_PLAIN_NAME
 }
 
