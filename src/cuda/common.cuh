@@ -419,17 +419,6 @@ __device__ __forceinline__ int64_t state_row(const Args& a, const DTensor& st_, 
   const int64_t r = ld_index(idx, n);
   return (r < 0 || r >= st_.n0 || r == a.pad_index) ? -1 : r;
 }
-// state_row for an index value r already loaded (r = n without an index
-// tensor): a kernel that issues its loads first (the rows kernel's plain
-// step, decode_linear.cu).  Not
-// called by state_row, whose generic callers then compiled to other code
-// (decode.cuh's decode_store_y says what that cost).
-__device__ __forceinline__ int64_t state_row_checked(const Args& a, const DTensor& st_,
-                                                     const DTensor& idx, int64_t r) {
-  if (!st_.p) return -1;
-  if (!idx.p) return r < st_.n0 ? r : -1;
-  return (r < 0 || r >= st_.n0 || r == a.pad_index) ? -1 : r;
-}
 // Pool row block_table[n, blk[n] + add] of `pool` (-1: none, the pad index,
 // or a block index or table entry out of range: the kernels clamp, section 7).
 __device__ __forceinline__ int64_t table_row(const Args& a, const DTensor& pool,

@@ -193,35 +193,9 @@ struct RowBlock {
   }
 };
 
-// The residual of packed token `tok` (x's view: row b, token tok) for
-// channels d0..d0+CH (zeros without one).
-template <class T, int CH>
-__device__ __forceinline__ Pack<T, CH> decode_residual(const Args& a, int64_t b, int64_t tok, int64_t d0) {
-  if (!a.residual.p) return Pack<T, CH>::zero();
-  return ldp<T, CH>(static_cast<const T*>(a.residual.p) + b * a.residual.s0 + tok * a.residual.s1 +
-                    d0 * a.residual.s2);
-}
-
-// y of packed token `tok` for channels d0..d0+CH from the pre-activations
-// acc, with the residual rv (decode_residual's, loaded when the caller chose).
-template <class T, int CH, class Act>
-__device__ __forceinline__ void decode_store_y(const Args& a, const Act& act, int64_t b, int64_t tok,
-                                               int64_t d0, const acc_t<T> (&acc)[CH],
-                                               const Pack<T, CH>& rv) {
-  using A = acc_t<T>;
-  if (!a.y.p) return;
-  A o[CH];
-#pragma unroll
-  for (int c = 0; c < CH; ++c) {
-    o[c] = act.value(acc[c]);
-    if (a.residual.p) o[c] += rv.get(c);
-  }
-  stp<T, CH>(static_cast<T*>(a.y.p) + b * a.y.s0 + tok * a.y.s1 + d0 * a.y.s2, Pack<T, CH>::make(o));
-}
-// The same, loading the residual itself (after the sums).  Its own body, not
-// a call of the one above: composed (with state_row_checked inside state_row),
-// the generic kernels compiled to other code and the vLLM 1+3-token steps were
-// ~3% slower (H100, 2026-12-06); as written they keep the code that was measured.
+// y of packed token `tok` (x's view: row b, token tok) for channels
+// d0..d0+CH from the pre-activations acc, with the residual loaded after the
+// sums (fwd_decode_plain, on its own argument block, loads its residual first).
 template <class T, int CH, class Act>
 __device__ __forceinline__ void decode_store_y(const Args& a, const Act& act, int64_t b, int64_t tok,
                                                int64_t d0, const acc_t<T> (&acc)[CH]) {
