@@ -89,22 +89,23 @@ typedef struct sc_tensor {
 
 /* Whether a CUDA call's kernel may start while the kernel before it in the
  * stream finishes (programmatic dependent launch; devices of compute capability
- * 9.0 and newer).  Honoured by the engines' common decode steps: one token per
- * sequence of a dense batch with the weight as [D, 4] of x's dtype, no flags,
- * rings, tables or accepted counts and index tensors of one dtype, on
- * channel-contiguous (vLLM) rows of W-1 entries or contiguous [P, D, S] rows
- * of W-1 or W entries (LAUNCH and READS); and by the other steps on
- * channel-contiguous rows with such a weight, speculative ones included
- * (READS acts as LAUNCH there).  Every other kernel, every other device and
- * the host backends run as with SC_OVERLAP_NONE.  Results never
- * depend on it. */
+ * 9.0 and newer).  Honoured by the engines' common decode steps, a dense batch
+ * with the weight as [D, 4] of x's dtype, no flags, rings, tables or parent
+ * tokens and index tensors (accepted counts included) of one dtype: one token
+ * per sequence on channel-contiguous (vLLM) rows of W-1 entries or contiguous
+ * [P, D, S] rows of W-1 or W entries, or 1-5 tokens with accepted counts on
+ * vLLM rows (LAUNCH and READS); and by the other steps on channel-contiguous
+ * rows with such a weight (READS acts as LAUNCH there).  Every other kernel,
+ * every other device and the host backends run as with SC_OVERLAP_NONE.
+ * Results never depend on it. */
 typedef enum sc_overlap {
   SC_OVERLAP_NONE = 0,   /* a kernel starts once the stream's earlier work has completed */
   SC_OVERLAP_LAUNCH = 1, /* launched early, it waits for the previous kernel's completion
                             before its first access to memory: hides the launch latency,
                             exact whatever the previous kernel reads or writes */
   SC_OVERLAP_READS = 2   /* as LAUNCH, and it may read the state rows, the state indices, the
-                            weight and the bias before that wait: the caller guarantees that
+                            accepted counts, the weight and the bias before that wait: the
+                            caller guarantees that
                             the kernel before it in the stream does not write them (in an
                             engine: the projection that produced x).  x and the residual are
                             read, and everything is written, after the wait */

@@ -1,8 +1,8 @@
 // Pieces of the decode step shared by its kernels (decode.cu: trees, staged
 // and scalar rows; decode_linear.cu: linear steps with the rows in registers;
-// decode_plain.cu: the engines' common step): the taps' loads, the linear
-// steps' sum and register cap, [P, D, S] row blocks in registers, and the
-// output store.
+// decode_plain.cu and decode_spec.cu: the engines' common steps): the taps'
+// loads, the linear steps' sum and register cap, [P, D, S] row blocks in
+// registers, the output store, and the common steps' argument block.
 #pragma once
 
 #include "cuda/common.cuh"
@@ -213,6 +213,39 @@ __device__ __forceinline__ void decode_store_y(const Args& a, const Act& act, in
     if (a.residual.p) o[c] += rv.get(c);
   }
   stp<T, CH>(static_cast<T*>(a.y.p) + b * a.y.s0 + tok * a.y.s1 + d0 * a.y.s2, P::make(o));
+}
+
+// What fwd_decode_plain reads, in three lines of the constant bank (and
+// fwd_decode_spec, whose SpecArgs extend it: decode_spec.cu).
+// Element strides; a tensor's channel stride is 1 (the planner's vector
+// rule), so channel d of a row is at row pointer + d.
+struct PlainArgs {
+  const void* x;         // x: [N, D], token n at x + n * x_n
+  void* y;               // y: [N, D], y_n (nullptr: no output)
+  const void* weight;    // [D, W] contiguous (raw taps)
+  const void* bias;      // [D], or nullptr
+  const void* residual;  // [N, D], r_n, or nullptr
+  const void* h0_idx;    // [N] rows of h0 (I; stride h0_idx_s), nullptr: row n
+  const void* ht_idx;    // [N] rows of ht, likewise
+  const void* h0;        // pool [P0, D, S]: vLLM rows: row r entry j channel d at r * h0_row + j * h0_entry + d,
+                         // [P, D, S] rows: at r * h0_row + d * S + j; nullptr: zeros
+  void* ht;              // pool [P1, D, S], likewise (nullptr: not written)
+  int64_t x_n, y_n, r_n;
+  int64_t h0_idx_s, ht_idx_s;
+  int64_t h0_row, h0_entry, h0_rows;  // h0_rows: P0 (rows past it, and the pad index, are no row)
+  int64_t ht_row, ht_entry, ht_rows;
+  int64_t pad_index;     // an index meaning "no row", besides negative ones
+  int32_t D, act;
+};
+static_assert(sizeof(PlainArgs) <= 3 * 64, "three constant-cache lines");
+
+// PlainArgs of the library's argument block (decode_plain.cu).
+PlainArgs plain_args(const Args& a);
+
+// Row r of a pool of `rows` rows as indexed (`indexed`: r came from an index
+// tensor, where the pad index also means none), or -1.
+__device__ __forceinline__ int64_t plain_row(int64_t r, int64_t rows, bool indexed, int64_t pad) {
+  return r < 0 || r >= rows || (indexed && r == pad) ? -1 : r;
 }
 
 }  // namespace shortconv::cuda

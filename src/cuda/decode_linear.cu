@@ -289,6 +289,7 @@ cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a
       constexpr int kWide = DecodeTraits::kWideBytes / int(sizeof(T));
       constexpr int kNarrow = DecodeTraits::kVecBytes / int(sizeof(T));
       if (pl.plain_step) return launch_decode_plain(p, pl, a, l);
+      if (pl.spec_step) return launch_decode_spec(p, pl, a, l);
       if (pl.row_regs > 0) {
         if (pl.ch == kWide) return launch_rows_in_registers<T, kWide>(p, pl, a, l);
         if (pl.ch == kNarrow) return launch_rows_in_registers<T, kNarrow>(p, pl, a, l);

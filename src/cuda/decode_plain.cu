@@ -61,31 +61,6 @@
 
 namespace shortconv::cuda {
 
-namespace {
-
-// What fwd_decode_plain reads, in three lines of the constant bank.
-// Element strides; a tensor's channel stride is 1 (the planner's vector
-// rule), so channel d of a row is at row pointer + d.
-struct PlainArgs {
-  const void* x;         // x: [N, D], token n at x + n * x_n
-  void* y;               // y: [N, D], y_n (nullptr: no output)
-  const void* weight;    // [D, W] contiguous (raw taps)
-  const void* bias;      // [D], or nullptr
-  const void* residual;  // [N, D], r_n, or nullptr
-  const void* h0_idx;    // [N] rows of h0 (I; stride h0_idx_s), nullptr: row n
-  const void* ht_idx;    // [N] rows of ht, likewise
-  const void* h0;        // pool [P0, D, S]: vLLM rows: row r entry j channel d at r * h0_row + j * h0_entry + d,
-                         // [P, D, S] rows: at r * h0_row + d * S + j; nullptr: zeros
-  void* ht;              // pool [P1, D, S], likewise (nullptr: not written)
-  int64_t x_n, y_n, r_n;
-  int64_t h0_idx_s, ht_idx_s;
-  int64_t h0_row, h0_entry, h0_rows;  // h0_rows: P0 (rows past it, and the pad index, are no row)
-  int64_t ht_row, ht_entry, ht_rows;
-  int64_t pad_index;     // an index meaning "no row", besides negative ones
-  int32_t D, act;
-};
-static_assert(sizeof(PlainArgs) <= 3 * 64, "three constant-cache lines");
-
 PlainArgs plain_args(const Args& a) {
   PlainArgs p{};
   p.x = a.x.p;
@@ -114,11 +89,7 @@ PlainArgs plain_args(const Args& a) {
   return p;
 }
 
-// Row r of a pool of `rows` rows as indexed (`indexed`: r came from an index
-// tensor, where the pad index also means none), or -1.
-__device__ __forceinline__ int64_t plain_row(int64_t r, int64_t rows, bool indexed, int64_t pad) {
-  return r < 0 || r >= rows || (indexed && r == pad) ? -1 : r;
-}
+namespace {
 
 template <class T, int CH, int S_, int OV, class I>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, CH, true>()))

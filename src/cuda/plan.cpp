@@ -249,19 +249,28 @@ void plan_decode(const Problem& p, int sms, Plan* pl) {
   if (pl->state_io == StateIo::row_vec && !p.parents &&
       decode_raw_taps(p) && (p.accepted ? spec_rows_in_registers(p) : (p.S == W - 1 || p.S == W)))
     pl->row_regs = p.S;
-  // fwd_decode_plain: vLLM rows of W-1 entries or [P, D, S] rows in registers, row indices
-  // of one dtype (its template parameters)
-  const bool one_index_type = !p.h0_idx || !p.ht_idx || p.h0_idx.dtype == p.ht_idx.dtype;
-  const bool vllm_plain = pl->raw_taps && p.S == W - 1;
-  pl->plain_step = (vllm_plain || pl->row_regs > 0) && one_index_type && !p.packed && p.T == 1 &&
-                   !p.ring && !p.table && !p.has_h0 && !p.accepted && !p.parents && !p.seq_idx;
-  if (pl->plain_step) {
-    const View& idx = p.h0_idx ? p.h0_idx : p.ht_idx;
-    pl->plain_index = idx && idx.dtype == SC_I32 ? SC_I32 : SC_I64;
+  // fwd_decode_plain (vLLM rows of W-1 entries or [P, D, S] rows in registers) and
+  // fwd_decode_spec (vLLM rows, accepted counts): index tensors of one dtype, their
+  // template parameter
+  sc_dtype index_dtype = SC_I64;
+  bool one_index_type = true, any_index = false;
+  for (const View* v : {&p.h0_idx, &p.ht_idx, &p.accepted}) {
+    if (!*v) continue;
+    one_index_type = one_index_type && (!any_index || v->dtype == index_dtype);
+    index_dtype = v->dtype;
+    any_index = true;
   }
-  // exec.overlap: the kernels with overlapped instances (decode_linear.cu)
+  const bool common = one_index_type && !p.packed && !p.ring && !p.table && !p.has_h0 && !p.parents &&
+                      !p.seq_idx;
+  const bool vllm_plain = pl->raw_taps && p.S == W - 1;
+  pl->plain_step = common && (vllm_plain || pl->row_regs > 0) && p.T == 1 && !p.accepted;
+  pl->spec_step = common && pl->raw_taps && p.accepted && p.T >= 1 &&
+                  p.T <= DecodeTraits::kSpecMaxTokens && p.S >= W - 2 + p.T;
+  if (pl->plain_step || pl->spec_step) pl->plain_index = index_dtype == SC_I32 ? SC_I32 : SC_I64;
+  // exec.overlap: the kernels with overlapped instances (decode_plain.cu, decode_spec.cu,
+  // decode_linear.cu)
   const bool vllm_linear = pl->raw_taps && pl->row_regs == 0 && !p.parents;
-  if (pl->plain_step) pl->overlap = p.exec.overlap;
+  if (pl->plain_step || pl->spec_step) pl->overlap = p.exec.overlap;
   else if (vllm_linear && p.exec.overlap != SC_OVERLAP_NONE) pl->overlap = SC_OVERLAP_LAUNCH;
   pl->block_x = DecodeTraits::kThreads;
   pl->grid_x = p.N;

@@ -67,11 +67,17 @@ struct Plan {
                             // rows in registers, row indices of one dtype: one token per
                             // sequence of a dense batch, no ring offsets, block tables, flags
                             // or accepted counts (fwd_decode_plain, decode_plain.cu)
-  int plain_index = SC_I64;  // fwd_decode_plain: the row indices' dtype (SC_I32, SC_I64), the
-                            // instance's (SC_I64 without index tensors)
+  bool spec_step = false;   // decode with raw taps on vLLM rows, accepted counts: 1 ..
+                            // kSpecMaxTokens tokens per sequence of a dense batch, rows of
+                            // at least (W-2) + T entries, index tensors (accepted counts
+                            // included) of one dtype, no ring offsets, block tables, flags
+                            // or parents (fwd_decode_spec, decode_spec.cu)
+  int plain_index = SC_I64;  // fwd_decode_plain / fwd_decode_spec: the index tensors' dtype
+                            // (SC_I32, SC_I64), the instance's (SC_I64 without index tensors)
   int overlap = SC_OVERLAP_NONE;  // decode: the instance's sc_exec.overlap mode, launched to overlap the
-                            // previous kernel: a plain step's (none, launch or reads), or launch for
-                            // the other steps on vLLM rows with raw taps (fwd_decode_linear's); none
+                            // previous kernel: a plain or speculative step's (none, launch or reads),
+                            // or launch for the other steps on vLLM rows with raw taps
+                            // (fwd_decode_linear's); none
                             // for every other kernel, which launches as usual
   int row_regs = 0;         // decode on [P, D, S] rows: S (W-1 or W; speculative (W-1) + K), the
                             // row's entries held in registers (a linear step with raw taps,

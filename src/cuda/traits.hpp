@@ -276,6 +276,15 @@ struct DecodeTraits {
   static SC_TRAIT int spec_rows_min_blocks(int K) {
     return K <= kSpecRowsShortK ? kMinBlocksSpecRowsShort : kMinBlocksSpecRowsLong;
   }
+  // The speculative step on vLLM rows (fwd_decode_spec, decode_spec.cu): at
+  // most this many tokens per sequence (1 + kSpecRowsMaxDrafts), whose x
+  // loads it issues together (one x register set per token; more tokens take
+  // fwd_decode_linear).
+  static constexpr int kSpecMaxTokens = kSpecRowsMaxDrafts + 1;
+  // Its wide instances' register cap, as blocks per SM: 6 (80 registers; they
+  // take 72-80, and spilled 108-320 bytes at the raw-tap cap of 64, with one
+  // token's x ahead or all of them).
+  static constexpr int kMinBlocksSpecWide = 6;
   // Scalar instance (any strides, fp64, W 5..16): one channel per thread.
   static constexpr int kScalarWmax = kMaxFastW;
   // "A decode step": at most kMaxTokens tokens per sequence (dense), at most

@@ -65,7 +65,8 @@ struct Case {
   bool ht = false;        // final_state requested
   int64_t pool = 0;       // > 0: h0/ht are a pool [pool, D, S] addressed by the indices below
   std::vector<int64_t> h0_index, ht_index;  // [N] rows, -1 allowed (required when pool > 0)
-  int64_t index_stride = 1;  // h0_index / ht_index stored every index_stride elements (a strided view)
+  int64_t index_stride = 1;  // h0_index / ht_index / accepted stored every index_stride elements
+                             // (strided views)
   bool in_place = false;  // final_state is exactly initial_state (needs h0 && ht)
   // State addressing (docs/semantics.md section 5); empty / -1: absent.
   std::vector<int64_t> has_h0;    // [N] has_initial_state flags (0/1), stored as flag_dtype

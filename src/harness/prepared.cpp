@@ -333,7 +333,7 @@ void Prepared::add_inputs(const Inputs* in) {
     fill_index(ring_, c.ring);
   }
   if (!c.accepted.empty()) {
-    acc_ = add(index_tensor(c, "num_accepted", N));
+    acc_ = add(index_tensor(c, "num_accepted", N, c.index_stride));
     fill_index(acc_, c.accepted);
   }
   if (!c.parents.empty()) {

@@ -727,6 +727,79 @@ TEST(CudaPlan, PlainDecodeStep) {
   }
 }
 
+// The speculative step on vLLM rows (fwd_decode_spec, per index dtype): raw
+// taps, accepted counts, 1 .. kSpecMaxTokens tokens per sequence of a dense
+// batch on rows of at least (W-2) + T entries, index tensors (the accepted
+// counts among them) of one dtype, none of the ring offsets, block tables,
+// flags or parents; it takes the overlap mode asked for.  Every other
+// speculative step keeps its kernel (fwd_decode_linear on vLLM rows, which
+// waits first under overlap; [P, D, S] rows in registers).
+TEST(CudaPlan, SpecDecodeStep) {
+  alignas(64) static char params[64];
+  const int W = 4, most = DecodeTraits::kSpecMaxTokens;
+  auto step = [&](int64_t B, int64_t T, int S, bool vllm = true, sc_dtype I = SC_I32) {
+    Problem q = decode_step(B, T, 8192, 1024, W, S, SC_BF16, vllm);
+    q.weight.present = true;
+    q.weight.data = params;
+    q.weight.dtype = SC_BF16;
+    q.weight.shape[0] = 8192;
+    q.weight.shape[1] = W;
+    q.weight.stride[0] = W;
+    q.weight.stride[1] = 1;
+    q.accepted.present = true;
+    q.h0_idx.dtype = q.ht_idx.dtype = q.accepted.dtype = I;
+    return q;
+  };
+  for (int64_t B : {1, 8, 64, 256})
+    for (int64_t T = 1; T <= most; ++T)
+      for (const sc_dtype I : {SC_I32, SC_I64}) {
+        const std::string at = "batch " + std::to_string(B) + ", T = " + std::to_string(T);
+        const int S = std::max(W - 1, W - 2 + int(T));
+        const Plan pl = plan_for(step(B, T, S, true, I), Path::decode, 132);
+        EXPECT_TRUE(pl.spec_step) << at;
+        EXPECT_FALSE(pl.plain_step) << at;
+        EXPECT_EQ(pl.plain_index, I) << at;
+        EXPECT_EQ(pl.overlap, SC_OVERLAP_NONE) << at;
+        EXPECT_TRUE(plan_for(step(B, T, S + 3, true, I), Path::decode, 132).spec_step) << "longer rows, " << at;
+        if (S > W - 1)  // rows too short for the step's new entries (the host rejects it)
+          EXPECT_FALSE(plan_for(step(B, T, S - 1, true, I), Path::decode, 132).spec_step) << at;
+        EXPECT_FALSE(plan_for(step(B, T, S, false, I), Path::decode, 132).spec_step) << "[P, D, S] rows, " << at;
+        for (int mode : {int(SC_OVERLAP_LAUNCH), int(SC_OVERLAP_READS)}) {
+          Problem q = step(B, T, S, true, I);
+          q.exec.overlap = mode;
+          EXPECT_EQ(plan_for(q, Path::decode, 132).overlap, mode) << at;
+        }
+        // one dtype among the index tensors: the accepted counts' counts too
+        Problem q = step(B, T, S, true, I);
+        q.accepted.dtype = I == SC_I32 ? SC_I64 : SC_I32;
+        EXPECT_FALSE(plan_for(q, Path::decode, 132).spec_step) << "accepted counts' dtype differs, " << at;
+        q.exec.overlap = SC_OVERLAP_READS;  // fwd_decode_linear: waits first
+        EXPECT_EQ(plan_for(q, Path::decode, 132).overlap, SC_OVERLAP_LAUNCH) << at;
+        q.h0_idx.present = q.ht_idx.present = false;  // the accepted counts alone: their dtype
+        const Plan o = plan_for(q, Path::decode, 132);
+        EXPECT_TRUE(o.spec_step) << "rows n, " << at;
+        EXPECT_EQ(o.plain_index, q.accepted.dtype) << at;
+        for (int extra = 0; extra < 5; ++extra) {
+          Problem e = step(B, T, S, true, I);
+          const char* what = "";
+          switch (extra) {
+            case 0: e.has_h0.present = true; what = "has_initial_state"; break;
+            case 1: e.ring.present = true; what = "ring offsets"; break;
+            case 2: e.table.present = true; what = "block tables"; break;
+            case 3: e.parents.present = true; what = "parents"; break;
+            default: e.packed = true; what = "packed"; break;
+          }
+          EXPECT_FALSE(plan_for(e, Path::decode, 132).spec_step) << what << ", " << at;
+        }
+      }
+  // more tokens than the kernel's unrolled loop: fwd_decode_linear
+  EXPECT_FALSE(plan_for(step(8, most + 1, W - 2 + most + 1), Path::decode, 132).spec_step);
+  // fp32 weights (no raw taps)
+  Problem q = step(8, 4, 6);
+  q.param_dtype = q.weight.dtype = SC_F32;
+  EXPECT_FALSE(plan_for(q, Path::decode, 132).spec_step);
+}
+
 TEST(CudaPlan, DecodeEligibility) {
   const int64_t most = DecodeTraits::kMaxTokens;
   Problem p = decode_step(8, most, 1024, 64, 4, 3, SC_BF16, false);

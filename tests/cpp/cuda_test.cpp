@@ -697,6 +697,84 @@ TEST(Cuda, PlainStepForms) {
         }
 }
 
+// The speculative step's kernel (fwd_decode_spec: vLLM rows, accepted counts,
+// 1 .. kSpecMaxTokens tokens per sequence), whose instances are per index
+// dtype and overlap mode, over what it reads at run time: 1, 2, 4 and 5
+// tokens on rows of exactly (W-2) + T entries, and on rows 2 longer (entries
+// past the new ones kept); every accepted count the rows allow; int32 and
+// int64 indices and counts, contiguous and strided (poison between the
+// entries); pad slots and -1 rows; rows written elsewhere than read, another
+// pool, no initial state, no final state, no pool (row n); a residual, no
+// bias, the identity; fp32; batch 1 and 8 (narrow) and 64 at D = 4096
+// (wide); each overlap mode at random.  Against the oracle (the rows are
+// copies: bitwise).
+TEST(Cuda, SpecStepForms) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(43);
+  const int W = 4;
+  for (const auto& [B, D] : {std::pair<int64_t, int64_t>{1, 1024}, {8, 1024}, {64, 4096}})
+    for (const int64_t T : {1, 2, 4, 5})
+      for (const sc_dtype I : {SC_I32, SC_I64})
+        for (int form = 0; form < 7; ++form) {
+          const int64_t P = B + 24;
+          const int S = std::max(W - 1, W - 2 + int(T)) + (form % 2 ? 2 : 0);
+          Case c = decode_case(W, B, T, D, S, P, true, P + 2);
+          c.index_dtype = I;
+          c.index_stride = form % 3 == 1 ? 3 : 1;
+          c.overlap = int(rng() % 3);
+          std::vector<int64_t> r(static_cast<size_t>(P));
+          for (int64_t i = 0; i < P; ++i) r[size_t(i)] = i;
+          std::shuffle(r.begin(), r.end(), rng);
+          c.h0_index.assign(r.begin(), r.begin() + B);
+          for (int64_t n = 0; n < B; n += 3) c.h0_index[size_t(n)] = n % 2 ? -1 : c.pad_index;
+          c.ht_index = c.h0_index;
+          const int64_t most = S - (W - 1) + 1;  // counts that keep the window in the row
+          for (int64_t n = 0; n < B; ++n) c.accepted.push_back(1 + int64_t(rng() % uint64_t(most)));
+          const char* what = "in place";
+          switch (form) {
+            case 1:  // rows written elsewhere than read, in another pool
+              what = "another pool";
+              c.in_place = false;
+              for (auto& v : c.ht_index)
+                if (v >= 0 && v != c.pad_index) v = (v + 5) % P;
+              break;
+            case 2:
+              what = "no initial state";
+              c.in_place = false;
+              c.h0 = false;
+              c.h0_index.clear();
+              break;
+            case 3:
+              what = "no final state";
+              c.in_place = false;
+              c.ht = false;
+              c.ht_index.clear();
+              break;
+            case 4:
+              what = "no pool (row n)";
+              c.pool = 0;
+              c.in_place = false;
+              c.h0_index.clear();
+              c.ht_index.clear();
+              break;
+            case 5:
+              what = "a residual, no bias, the identity";
+              c.residual = true;
+              c.bias = false;
+              c.act = SC_ACT_NONE;
+              break;
+            case 6:
+              what = "fp32";
+              c.act_dtype = c.param_dtype = c.state_dtype = SC_F32;
+              break;
+          }
+          SCOPED_TRACE(std::string(what) + ", batch " + std::to_string(B) + ", T = " + std::to_string(T) +
+                       ", S = " + std::to_string(S) + (I == SC_I32 ? ", int32" : ", int64") + ", overlap " +
+                       std::to_string(c.overlap));
+          EXPECT_CASE(c);
+        }
+}
+
 // exec.overlap on the decode path, each form against the oracle: the plain
 // step's reads-ahead instances (vLLM rows and [P, D, S] rows in registers, the
 // narrow and the wide width, bf16 and fp32, with a residual), and the other

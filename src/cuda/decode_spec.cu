@@ -1,0 +1,203 @@
+// fwd_decode_spec: the engines' speculative decode step (the plan's
+// spec_step) on vLLM's rows (channel axis contiguous, S = (W-1) + K entries
+// for K draft tokens): L = 1 .. kSpecMaxTokens tokens per sequence of a dense
+// batch with per-sequence accepted counts, raw taps (W = kVecWmax, weight
+// [D, W] and bias [D] of x's dtype, contiguous, 16-byte aligned), rows by
+// pool index or by n, no ring offsets, block tables, has_initial_state flags
+// or parent tokens, index tensors of one dtype.
+//
+// Math (docs/semantics.md §1 and §5, num_accepted), per sequence n and
+// channel d, with a = accepted[n] clamped to [1, S - (W-1) + 1] and H = W-1:
+//   u = row[a-1 .. a-1+H) ++ x[0 .. L)      (zeros for the row without one)
+//   pre[t] = bias + sum_{k<W} w[k] * u[t + k],  y[t] = act(pre[t]) + residual[t],
+//   ht row: entry j = u[1 + j] for j < (W-2) + L; entries past it keep their
+//   values (the planner sends rows of S >= (W-2) + L, vLLM's rule).
+//
+// Ownership and grid: fwd_decode_plain's (decode_plain.cu).  A thread owns
+// CH consecutive channels of one sequence (kVecBytes of x, or kWideBytes in
+// the wide instance) and walks the sequence's tokens; a block kThreads
+// threads along the channels; grid N x ceil(D / (kThreads * CH)).  Every row
+// entry is stored from a register after all of the thread's loads of its
+// row, so the in-place update needs no barrier (each element has one owner
+// thread).  No workspace, no host synchronisation; indices and accepted
+// counts are read on the device and clamped (semantics §7).
+//
+// Why this kernel.  fwd_decode_linear (decode_linear.cu) steps these rows
+// too, from the library's 1400-byte argument block, with run-time index
+// dtypes (a select between each index's load and the row's address), a
+// token loop of run-time length whose x loads wait for the previous token's
+// stores, and no reads-ahead instance.  At batch 1-64 a step's time is its
+// latency path (launch, the indices' round trip, the row's, the
+// instructions between), which the plain step's remedies shorten
+// (decode_plain.cu: 2.2 -> 1.55 us at batch 1 on an H100, 1.10 with reads
+// ahead): here the arguments are SpecArgs (PlainArgs and one more line), the
+// index type a template parameter (I, accepted counts included), the token
+// loop unrolled to kSpecMaxTokens with every token's x issued together, and
+// overlap reads ahead available (OV).
+//
+// OV (the plan's overlap, common.cuh): kOverlapLaunch waits for the previous
+// kernel first.  kOverlapReads issues the indices, accepted counts, taps,
+// bias and the window's entries before overlap_wait(); x and the residual,
+// which the previous kernel may write, are loaded after it, and every store
+// follows it.
+#include "cuda/activation.cuh"
+#include "cuda/common.cuh"
+#include "cuda/decode.cuh"
+#include "cuda/dispatch.cuh"
+#include "cuda/traits.hpp"
+
+namespace shortconv::cuda {
+
+namespace {
+
+// What fwd_decode_spec reads: the plain step's block (its x_n, y_n, r_n are
+// the sequence strides), the accepted counts in the rest of its third
+// constant-cache line, the token strides and lengths in a fourth.
+struct SpecArgs {
+  PlainArgs p;
+  const void* accepted;  // [N] accepted counts (I), stride accepted_s
+  int64_t accepted_s;
+  int64_t x_t, y_t, r_t;  // token strides of x, y and the residual: token t of sequence n
+                          // at x + n * x_n + t * x_t
+  int64_t S;              // row entries (>= (W-2) + L)
+  int32_t L;              // tokens per sequence (1 .. kSpecMaxTokens)
+};
+static_assert(offsetof(SpecArgs, accepted_s) + sizeof(int64_t) <= 3 * 64, "accepted counts in line 3");
+static_assert(sizeof(SpecArgs) <= 4 * 64, "four constant-cache lines");
+
+SpecArgs spec_args(const Args& a) {
+  SpecArgs s{};
+  s.p = plain_args(a);
+  s.accepted = a.accepted.p;
+  s.accepted_s = a.accepted.s0;
+  s.x_t = a.x.s1;
+  s.y_t = a.y.s1;
+  s.r_t = a.residual.s1;
+  s.S = a.S;
+  s.L = int32_t(a.T);
+  return s;
+}
+
+// Blocks per SM (the register cap): the narrow instances the linear steps',
+// the wide ones their own (every token's x is live at once).
+template <class T, int CH>
+constexpr int spec_min_blocks() {
+  return CH * int(sizeof(T)) == DecodeTraits::kWideBytes ? DecodeTraits::kMinBlocksSpecWide
+                                                         : linear_min_blocks<T, CH, true>();
+}
+
+template <class T, int CH, int OV, class I>
+__global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_min_blocks<T, CH>()))
+    fwd_decode_spec(const SpecArgs s) {
+  using A = acc_t<T>;
+  using P = Pack<T, CH>;
+  constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1, LM = DecodeTraits::kSpecMaxTokens;
+  constexpr bool AHEAD = OV == kOverlapReads;
+  const PlainArgs& a = s.p;
+  const int n = int(blockIdx.x);  // grid.x = N
+  const int d0 = int(blockIdx.y * blockDim.x + threadIdx.x) * CH;
+  if (d0 >= a.D) return;
+  if constexpr (OV == kOverlapLaunch) overlap_wait();
+  // the first round trip: indices, the accepted count, and what does not depend on them
+  const int64_t ri = a.h0_idx ? int64_t(static_cast<const I*>(a.h0_idx)[n * a.h0_idx_s]) : n;
+  const int64_t ro = a.ht_idx ? int64_t(static_cast<const I*>(a.ht_idx)[n * a.ht_idx_s]) : n;
+  const int64_t acc_n = int64_t(static_cast<const I*>(s.accepted)[n * s.accepted_s]);
+  const int L = s.L;
+  const T* xp = static_cast<const T*>(a.x) + n * a.x_n + d0;
+  P xv[LM];  // token t's x (zeros past L), every token's issued together
+  if constexpr (!AHEAD) {
+#pragma unroll
+    for (int t = 0; t < LM; ++t) xv[t] = t < L ? ldp<T, CH>(xp + t * s.x_t) : P::zero();
+  }
+  RawTaps<T, WMAX, CH> taps;
+  taps.load(static_cast<const T*>(a.weight), static_cast<const T*>(a.bias), d0);
+  // the second: the window, H entries from a - 1
+  const int64_t in = a.h0 ? plain_row(ri, a.h0_rows, a.h0_idx != nullptr, a.pad_index) : -1;
+  const int64_t out = a.ht ? plain_row(ro, a.ht_rows, a.ht_idx != nullptr, a.pad_index) : -1;
+  const int64_t hi = s.S - H + 1;
+  const int64_t first = (acc_n < 1 ? 1 : acc_n > hi ? hi : acc_n) - 1;
+  const T* h0 = static_cast<const T*>(a.h0) + (in >= 0 ? in : 0) * a.h0_row + first * a.h0_entry + d0;
+  T* ht = static_cast<T*>(a.ht) + (out >= 0 ? out : 0) * a.ht_row + d0;
+  P win[H];  // u[t .. t + H): the window of token t
+#pragma unroll
+  for (int i = 0; i < H; ++i) win[i] = in >= 0 ? ldp<T, CH>(h0 + i * a.h0_entry) : P::zero();
+  if constexpr (AHEAD) {
+    overlap_wait();
+#pragma unroll
+    for (int t = 0; t < LM; ++t) xv[t] = t < L ? ldp<T, CH>(xp + t * s.x_t) : P::zero();
+  }
+  if (out >= 0) {  // the new row's first entries, u[1 .. H); each token's x after its output
+#pragma unroll
+    for (int i = 1; i < H; ++i) stp<T, CH>(ht + (i - 1) * a.ht_entry, win[i]);
+  }
+  const RuntimeAct<MathOf<T>> act{a.act};
+  const T* rp = a.residual ? static_cast<const T*>(a.residual) + n * a.r_n + d0 : nullptr;
+  T* yp = static_cast<T*>(a.y) + n * a.y_n + d0;
+  // (unrolled, each token under t < L: a loop that left at L took 92-96 registers
+  // in the wide instances, 72-80 this way, ptxas -v)
+#pragma unroll
+  for (int t = 0; t < LM; ++t) {
+    if (t < L) {
+      taps.per_token();
+      A acc[CH];
+      linear_sum<T, CH, H>(taps, win, xv[t], 0, acc);
+#pragma unroll
+      for (int i = 0; i + 1 < H; ++i) win[i] = win[i + 1];
+      win[H - 1] = xv[t];
+      if (a.y) {
+        const P rv = rp ? ldp<T, CH>(rp + t * s.r_t) : P::zero();
+        A o[CH];
+#pragma unroll
+        for (int c = 0; c < CH; ++c) {
+          o[c] = act.value(acc[c]);
+          if (rp) o[c] += rv.get(c);
+        }
+        stp<T, CH>(yp + t * s.y_t, P::make(o));
+      }
+      if (out >= 0) stp<T, CH>(ht + (H - 1 + t) * a.ht_entry, xv[t]);
+    }
+  }
+}
+
+// The instance of CH channels per thread and index type I for the plan's overlap.
+template <class T, int CH, class I>
+cudaError_t launch_spec(const Plan& pl, const SpecArgs& a, Launch* l) {
+  constexpr bool kWide = CH * int(sizeof(T)) == DecodeTraits::kWideBytes;
+  constexpr bool k32 = sizeof(I) == 4;
+  // "fwd_decode_spec([narrow, ]vLLM rows, [<overlap>, ]int32|int64)"
+#define SC_SPEC_NAME(ov)                                                                           \
+  (kWide ? (k32 ? "fwd_decode_spec(vLLM rows, " ov "int32)" : "fwd_decode_spec(vLLM rows, " ov "int64)") \
+         : (k32 ? "fwd_decode_spec(narrow, vLLM rows, " ov "int32)"                               \
+                : "fwd_decode_spec(narrow, vLLM rows, " ov "int64)"))
+  switch (pl.overlap) {
+    case kOverlapReads:
+      return l->main(SC_SPEC_NAME("reads ahead, "), fwd_decode_spec<T, CH, kOverlapReads, I>, pl, a);
+    case kOverlapLaunch:
+      return l->main(SC_SPEC_NAME("overlapped, "), fwd_decode_spec<T, CH, kOverlapLaunch, I>, pl, a);
+    default:
+      return l->main(SC_SPEC_NAME(""), fwd_decode_spec<T, CH, kOverlapNone, I>, pl, a);
+  }
+#undef SC_SPEC_NAME
+}
+
+}  // namespace
+
+cudaError_t launch_decode_spec(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
+  const SpecArgs sa = spec_args(a);
+  return with_act_type(p.act_dtype, [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, double>) {
+      return l->no_instance("fwd_decode_spec (fp64)");
+    } else {
+      constexpr int kWide = DecodeTraits::kWideBytes / int(sizeof(T));
+      constexpr int kNarrow = DecodeTraits::kVecBytes / int(sizeof(T));
+      const bool i32 = pl.plain_index == SC_I32;
+      if (pl.ch == kWide) return i32 ? launch_spec<T, kWide, int32_t>(pl, sa, l) : launch_spec<T, kWide, int64_t>(pl, sa, l);
+      if (pl.ch == kNarrow)
+        return i32 ? launch_spec<T, kNarrow, int32_t>(pl, sa, l) : launch_spec<T, kNarrow, int64_t>(pl, sa, l);
+      return l->no_instance("fwd_decode_spec");
+    }
+  });
+}
+
+}  // namespace shortconv::cuda
