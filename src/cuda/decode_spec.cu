@@ -4,7 +4,9 @@
 // batch with per-sequence accepted counts, raw taps (W = kVecWmax, weight
 // [D, W] and bias [D] of x's dtype, contiguous, 16-byte aligned), rows by
 // pool index or by n, no ring offsets, block tables, has_initial_state flags
-// or parent tokens, index tensors of one dtype.
+// or parent tokens, index tensors of one dtype.  fwd_decode_spec_rows: the
+// same on [P, D, S] rows of S = (W-1) + K entries held in registers, K + 1
+// tokens per sequence (below).
 //
 // Math (docs/semantics.md §1 and §5, num_accepted), per sequence n and
 // channel d, with a = accepted[n] clamped to [1, S - (W-1) + 1] and H = W-1:
@@ -159,25 +161,153 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_min_blocks<T, CH
   }
 }
 
-// The instance of CH channels per thread and index type I for the plan's overlap.
-template <class T, int CH, class I>
+// Blocks per SM of fwd_decode_spec_rows: the register cap of
+// fwd_decode_linear_rows' speculative instances (the row's entries, the window
+// and the tokens' x live at once; the narrow 16-bit K = 4 instances spilled
+// 16-20 bytes at the linear steps' 40 registers).
+template <int K>
+constexpr int spec_rows_min_blocks() {
+  return DecodeTraits::spec_rows_min_blocks(K);
+}
+
+// The same step on [P, D, S] rows of S = (W-1) + K entries held in registers,
+// K + 1 tokens per sequence (the planner's: every row rewritten whole).  The
+// thread's block of the row, CH * S adjacent elements, is loaded as raw
+// vectors (RowBlock, decode.cuh), the window picked among the K + 1 positions
+// by predicated moves (no dynamic register index), the new row u[1 .. S + 1)
+// built in place, and stored as vectors; fwd_decode_linear_rows' speculative
+// form (decode_linear.cu) on this kernel's argument block, index type and
+// overlap modes.
+template <class T, int CH, int K, int OV, class I>
+__global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_rows_min_blocks<K>()))
+    fwd_decode_spec_rows(const SpecArgs s) {
+  using A = acc_t<T>;
+  using P = Pack<T, CH>;
+  constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1, S_ = H + K, LT = K + 1;
+  using B = RowBlock<T, CH, S_>;
+  static_assert(K >= 1 && LT <= DecodeTraits::kSpecMaxTokens, "1 .. kSpecRowsMaxDrafts drafts");
+  constexpr bool AHEAD = OV == kOverlapReads;
+  const PlainArgs& a = s.p;
+  const int n = int(blockIdx.x);  // grid.x = N
+  const int d0 = int(blockIdx.y * blockDim.x + threadIdx.x) * CH;
+  if (d0 >= a.D) return;
+  if constexpr (OV == kOverlapLaunch) overlap_wait();
+  // the first round trip: indices, the accepted count, and what does not depend on them
+  const int64_t ri = a.h0_idx ? int64_t(static_cast<const I*>(a.h0_idx)[n * a.h0_idx_s]) : n;
+  const int64_t ro = a.ht_idx ? int64_t(static_cast<const I*>(a.ht_idx)[n * a.ht_idx_s]) : n;
+  const int64_t acc_n = int64_t(static_cast<const I*>(s.accepted)[n * s.accepted_s]);
+  const T* xp = static_cast<const T*>(a.x) + n * a.x_n + d0;
+  P xv[LT];  // token t's x, every token's issued together
+  if constexpr (!AHEAD) {
+#pragma unroll
+    for (int t = 0; t < LT; ++t) xv[t] = ldp<T, CH>(xp + t * s.x_t);
+  }
+  RawTaps<T, WMAX, CH> taps;
+  taps.load(static_cast<const T*>(a.weight), static_cast<const T*>(a.bias), d0);
+  // the second: the thread's block of the row
+  const int64_t in = a.h0 ? plain_row(ri, a.h0_rows, a.h0_idx != nullptr, a.pad_index) : -1;
+  const int64_t out = a.ht ? plain_row(ro, a.ht_rows, a.ht_idx != nullptr, a.pad_index) : -1;
+  const int first = int(acc_n < 1 ? 1 : acc_n > LT ? LT : acc_n) - 1;  // the window's oldest entry
+  const T* h0 = static_cast<const T*>(a.h0) + (in >= 0 ? in : 0) * a.h0_row + d0 * S_;
+  B blk;
+#pragma unroll
+  for (int i = 0; i < B::kVecs; ++i)
+    blk.v[i] = in >= 0 ? ldp<T, B::kPer>(h0 + i * B::kPer) : Pack<T, B::kPer>::zero();
+  if constexpr (AHEAD) {
+    overlap_wait();
+#pragma unroll
+    for (int t = 0; t < LT; ++t) xv[t] = ldp<T, CH>(xp + t * s.x_t);
+  }
+  P row[S_];  // row[j] = entry j, then the new row
+  blk.to_packs(row);
+  P win[H];  // u[t .. t + H): the window of token t
+#pragma unroll
+  for (int i = 0; i < H; ++i) win[i] = row[i];
+#pragma unroll
+  for (int b = 1; b < LT; ++b)
+    if (first == b) {
+#pragma unroll
+      for (int i = 0; i < H; ++i) win[i] = row[b + i];
+    }
+#pragma unroll
+  for (int j = 0; j + 1 < H; ++j) row[j] = win[j + 1];  // new entries 0 .. H-2: u[1 .. H)
+  const RuntimeAct<MathOf<T>> act{a.act};
+  const T* rp = a.residual ? static_cast<const T*>(a.residual) + n * a.r_n + d0 : nullptr;
+  T* yp = static_cast<T*>(a.y) + n * a.y_n + d0;
+#pragma unroll
+  for (int t = 0; t < LT; ++t) {
+    taps.per_token();
+    A acc[CH];
+    linear_sum<T, CH, H>(taps, win, xv[t], 0, acc);
+#pragma unroll
+    for (int i = 0; i + 1 < H; ++i) win[i] = win[i + 1];
+    win[H - 1] = xv[t];
+    row[H - 1 + t] = xv[t];  // new entry H-1+t = u[H + t]
+    if (a.y) {
+      const P rv = rp ? ldp<T, CH>(rp + t * s.r_t) : P::zero();
+      A o[CH];
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+        o[c] = act.value(acc[c]);
+        if (rp) o[c] += rv.get(c);
+      }
+      stp<T, CH>(yp + t * s.y_t, P::make(o));
+    }
+  }
+  if (out < 0) return;
+  T* ht = static_cast<T*>(a.ht) + out * a.ht_row + d0 * S_;
+  blk.from_packs(row);
+#pragma unroll
+  for (int i = 0; i < B::kVecs; ++i) stp<T, B::kPer>(ht + i * B::kPer, blk.v[i]);
+}
+
+// The instance of CH channels per thread and index type I for the plan's overlap:
+// vLLM rows (K = 0), or [P, D, S] rows of (W-1) + K entries.
+template <class T, int CH, int K, class I>
 cudaError_t launch_spec(const Plan& pl, const SpecArgs& a, Launch* l) {
   constexpr bool kWide = CH * int(sizeof(T)) == DecodeTraits::kWideBytes;
   constexpr bool k32 = sizeof(I) == 4;
-  // "fwd_decode_spec([narrow, ]vLLM rows, [<overlap>, ]int32|int64)"
-#define SC_SPEC_NAME(ov)                                                                           \
-  (kWide ? (k32 ? "fwd_decode_spec(vLLM rows, " ov "int32)" : "fwd_decode_spec(vLLM rows, " ov "int64)") \
-         : (k32 ? "fwd_decode_spec(narrow, vLLM rows, " ov "int32)"                               \
-                : "fwd_decode_spec(narrow, vLLM rows, " ov "int64)"))
-  switch (pl.overlap) {
-    case kOverlapReads:
-      return l->main(SC_SPEC_NAME("reads ahead, "), fwd_decode_spec<T, CH, kOverlapReads, I>, pl, a);
-    case kOverlapLaunch:
-      return l->main(SC_SPEC_NAME("overlapped, "), fwd_decode_spec<T, CH, kOverlapLaunch, I>, pl, a);
-    default:
-      return l->main(SC_SPEC_NAME(""), fwd_decode_spec<T, CH, kOverlapNone, I>, pl, a);
+  // "fwd_decode_spec([narrow, ]<rows>, [<overlap>, ]int32|int64)"
+#define SC_SPEC_ROWS(narrow, ov, idx)                                                         \
+  (K == 0   ? "fwd_decode_spec(" narrow "vLLM rows, " ov idx ")"                             \
+   : K == 1 ? "fwd_decode_spec(" narrow "[P, D, S] rows, K = 1, " ov idx ")"                 \
+   : K == 2 ? "fwd_decode_spec(" narrow "[P, D, S] rows, K = 2, " ov idx ")"                 \
+   : K == 3 ? "fwd_decode_spec(" narrow "[P, D, S] rows, K = 3, " ov idx ")"                 \
+            : "fwd_decode_spec(" narrow "[P, D, S] rows, K = 4, " ov idx ")")
+#define SC_SPEC_NAME(ov)                                                                      \
+  (kWide ? (k32 ? SC_SPEC_ROWS("", ov, "int32") : SC_SPEC_ROWS("", ov, "int64"))             \
+         : (k32 ? SC_SPEC_ROWS("narrow, ", ov, "int32") : SC_SPEC_ROWS("narrow, ", ov, "int64")))
+  static_assert(DecodeTraits::kSpecRowsMaxDrafts == 4, "the names above list K = 1 .. 4");
+  auto go = [&](const char* name, auto kernel) { return l->main(name, kernel, pl, a); };
+  if constexpr (K == 0) {
+    switch (pl.overlap) {
+      case kOverlapReads: return go(SC_SPEC_NAME("reads ahead, "), fwd_decode_spec<T, CH, kOverlapReads, I>);
+      case kOverlapLaunch: return go(SC_SPEC_NAME("overlapped, "), fwd_decode_spec<T, CH, kOverlapLaunch, I>);
+      default: return go(SC_SPEC_NAME(""), fwd_decode_spec<T, CH, kOverlapNone, I>);
+    }
+  } else {
+    switch (pl.overlap) {
+      case kOverlapReads: return go(SC_SPEC_NAME("reads ahead, "), fwd_decode_spec_rows<T, CH, K, kOverlapReads, I>);
+      case kOverlapLaunch: return go(SC_SPEC_NAME("overlapped, "), fwd_decode_spec_rows<T, CH, K, kOverlapLaunch, I>);
+      default: return go(SC_SPEC_NAME(""), fwd_decode_spec_rows<T, CH, K, kOverlapNone, I>);
+    }
   }
+#undef SC_SPEC_ROWS
 #undef SC_SPEC_NAME
+}
+
+// The row layout's instance (pl.row_regs: 0 vLLM rows, else [P, D, S] rows of (W-1) + K).
+template <class T, int CH, class I>
+cudaError_t launch_spec_rows(const Plan& pl, const SpecArgs& a, Launch* l) {
+  constexpr int H = DecodeTraits::kVecWmax - 1;
+  switch (pl.row_regs) {
+    case 0: return launch_spec<T, CH, 0, I>(pl, a, l);
+    case H + 1: return launch_spec<T, CH, 1, I>(pl, a, l);
+    case H + 2: return launch_spec<T, CH, 2, I>(pl, a, l);
+    case H + 3: return launch_spec<T, CH, 3, I>(pl, a, l);
+    case H + 4: return launch_spec<T, CH, 4, I>(pl, a, l);
+    default: return l->no_instance("fwd_decode_spec ([P, D, S] rows of (W-1) + K entries, K = 1 .. 4)");
+  }
 }
 
 }  // namespace
@@ -192,9 +322,11 @@ cudaError_t launch_decode_spec(const Problem& p, const Plan& pl, const Args& a, 
       constexpr int kWide = DecodeTraits::kWideBytes / int(sizeof(T));
       constexpr int kNarrow = DecodeTraits::kVecBytes / int(sizeof(T));
       const bool i32 = pl.plain_index == SC_I32;
-      if (pl.ch == kWide) return i32 ? launch_spec<T, kWide, int32_t>(pl, sa, l) : launch_spec<T, kWide, int64_t>(pl, sa, l);
+      if (pl.ch == kWide)
+        return i32 ? launch_spec_rows<T, kWide, int32_t>(pl, sa, l) : launch_spec_rows<T, kWide, int64_t>(pl, sa, l);
       if (pl.ch == kNarrow)
-        return i32 ? launch_spec<T, kNarrow, int32_t>(pl, sa, l) : launch_spec<T, kNarrow, int64_t>(pl, sa, l);
+        return i32 ? launch_spec_rows<T, kNarrow, int32_t>(pl, sa, l)
+                   : launch_spec_rows<T, kNarrow, int64_t>(pl, sa, l);
       return l->no_instance("fwd_decode_spec");
     }
   });

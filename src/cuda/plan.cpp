@@ -250,8 +250,8 @@ void plan_decode(const Problem& p, int sms, Plan* pl) {
       decode_raw_taps(p) && (p.accepted ? spec_rows_in_registers(p) : (p.S == W - 1 || p.S == W)))
     pl->row_regs = p.S;
   // fwd_decode_plain (vLLM rows of W-1 entries or [P, D, S] rows in registers) and
-  // fwd_decode_spec (vLLM rows, accepted counts): index tensors of one dtype, their
-  // template parameter
+  // fwd_decode_spec (accepted counts: vLLM rows, or [P, D, S] rows in registers): index
+  // tensors of one dtype, their template parameter
   sc_dtype index_dtype = SC_I64;
   bool one_index_type = true, any_index = false;
   for (const View* v : {&p.h0_idx, &p.ht_idx, &p.accepted}) {
@@ -264,8 +264,8 @@ void plan_decode(const Problem& p, int sms, Plan* pl) {
                       !p.seq_idx;
   const bool vllm_plain = pl->raw_taps && p.S == W - 1;
   pl->plain_step = common && (vllm_plain || pl->row_regs > 0) && p.T == 1 && !p.accepted;
-  pl->spec_step = common && pl->raw_taps && p.accepted && p.T >= 1 &&
-                  p.T <= DecodeTraits::kSpecMaxTokens && p.S >= W - 2 + p.T;
+  const bool vllm_spec = pl->raw_taps && p.T >= 1 && p.T <= DecodeTraits::kSpecMaxTokens && p.S >= W - 2 + p.T;
+  pl->spec_step = common && p.accepted && (vllm_spec || pl->row_regs > 0);
   if (pl->plain_step || pl->spec_step) pl->plain_index = index_dtype == SC_I32 ? SC_I32 : SC_I64;
   // exec.overlap: the kernels with overlapped instances (decode_plain.cu, decode_spec.cu,
   // decode_linear.cu)

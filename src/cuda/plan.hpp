@@ -67,11 +67,12 @@ struct Plan {
                             // rows in registers, row indices of one dtype: one token per
                             // sequence of a dense batch, no ring offsets, block tables, flags
                             // or accepted counts (fwd_decode_plain, decode_plain.cu)
-  bool spec_step = false;   // decode with raw taps on vLLM rows, accepted counts: 1 ..
-                            // kSpecMaxTokens tokens per sequence of a dense batch, rows of
-                            // at least (W-2) + T entries, index tensors (accepted counts
-                            // included) of one dtype, no ring offsets, block tables, flags
-                            // or parents (fwd_decode_spec, decode_spec.cu)
+  bool spec_step = false;   // decode with raw taps and accepted counts, a dense batch, index
+                            // tensors (accepted counts included) of one dtype, no ring
+                            // offsets, block tables, flags or parents: on vLLM rows of at
+                            // least (W-2) + T entries, 1 .. kSpecMaxTokens tokens per
+                            // sequence, or on [P, D, S] rows in registers (row_regs)
+                            // (fwd_decode_spec / fwd_decode_spec_rows, decode_spec.cu)
   int plain_index = SC_I64;  // fwd_decode_plain / fwd_decode_spec: the index tensors' dtype
                             // (SC_I32, SC_I64), the instance's (SC_I64 without index tensors)
   int overlap = SC_OVERLAP_NONE;  // decode: the instance's sc_exec.overlap mode, launched to overlap the

@@ -727,13 +727,14 @@ TEST(CudaPlan, PlainDecodeStep) {
   }
 }
 
-// The speculative step on vLLM rows (fwd_decode_spec, per index dtype): raw
-// taps, accepted counts, 1 .. kSpecMaxTokens tokens per sequence of a dense
-// batch on rows of at least (W-2) + T entries, index tensors (the accepted
-// counts among them) of one dtype, none of the ring offsets, block tables,
-// flags or parents; it takes the overlap mode asked for.  Every other
-// speculative step keeps its kernel (fwd_decode_linear on vLLM rows, which
-// waits first under overlap; [P, D, S] rows in registers).
+// The speculative step (fwd_decode_spec, per row layout and index dtype): raw
+// taps, accepted counts, a dense batch, index tensors (the accepted counts
+// among them) of one dtype, none of the ring offsets, block tables, flags or
+// parents; on vLLM rows 1 .. kSpecMaxTokens tokens per sequence on rows of at
+// least (W-2) + T entries, on [P, D, S] rows K + 1 tokens on rows of (W-1) + K
+// entries held in registers; it takes the overlap mode asked for.  Every
+// other speculative step keeps its kernel (fwd_decode_linear on vLLM rows,
+// which waits first under overlap; the staged rows).
 TEST(CudaPlan, SpecDecodeStep) {
   alignas(64) static char params[64];
   const int W = 4, most = DecodeTraits::kSpecMaxTokens;
@@ -763,7 +764,15 @@ TEST(CudaPlan, SpecDecodeStep) {
         EXPECT_TRUE(plan_for(step(B, T, S + 3, true, I), Path::decode, 132).spec_step) << "longer rows, " << at;
         if (S > W - 1)  // rows too short for the step's new entries (the host rejects it)
           EXPECT_FALSE(plan_for(step(B, T, S - 1, true, I), Path::decode, 132).spec_step) << at;
-        EXPECT_FALSE(plan_for(step(B, T, S, false, I), Path::decode, 132).spec_step) << "[P, D, S] rows, " << at;
+        // [P, D, S] rows: held in registers, rows of (W-1) + K entries stepped K + 1 tokens
+        const Plan rows = plan_for(step(B, T, S, false, I), Path::decode, 132);
+        EXPECT_EQ(rows.spec_step, T >= 2) << "[P, D, S] rows, " << at;
+        if (T >= 2) {
+          EXPECT_EQ(rows.row_regs, S) << at;
+          EXPECT_EQ(rows.plain_index, I) << at;
+        }
+        EXPECT_FALSE(plan_for(step(B, T, S + 1, false, I), Path::decode, 132).spec_step)
+            << "[P, D, S] rows longer than the step's, " << at;
         for (int mode : {int(SC_OVERLAP_LAUNCH), int(SC_OVERLAP_READS)}) {
           Problem q = step(B, T, S, true, I);
           q.exec.overlap = mode;

@@ -697,11 +697,13 @@ TEST(Cuda, PlainStepForms) {
         }
 }
 
-// The speculative step's kernel (fwd_decode_spec: vLLM rows, accepted counts,
-// 1 .. kSpecMaxTokens tokens per sequence), whose instances are per index
-// dtype and overlap mode, over what it reads at run time: 1, 2, 4 and 5
-// tokens on rows of exactly (W-2) + T entries, and on rows 2 longer (entries
-// past the new ones kept); every accepted count the rows allow; int32 and
+// The speculative step's kernels (fwd_decode_spec: vLLM rows, accepted counts,
+// 1 .. kSpecMaxTokens tokens per sequence; fwd_decode_spec_rows: [P, D, S]
+// rows of (W-1) + K entries, K + 1 tokens), whose instances are per row
+// layout, index dtype and overlap mode, over what they read at run time: 1,
+// 2, 4 and 5 tokens on vLLM rows of exactly (W-2) + T entries, and on rows 2
+// longer (entries past the new ones kept); [P, D, S] rows for K = 1, 3, 4;
+// every accepted count the rows allow; int32 and
 // int64 indices and counts, contiguous and strided (poison between the
 // entries); pad slots and -1 rows; rows written elsewhere than read, another
 // pool, no initial state, no final state, no pool (row n); a residual, no
@@ -714,11 +716,13 @@ TEST(Cuda, SpecStepForms) {
   const int W = 4;
   for (const auto& [B, D] : {std::pair<int64_t, int64_t>{1, 1024}, {8, 1024}, {64, 4096}})
     for (const int64_t T : {1, 2, 4, 5})
+      for (bool vllm : {true, false})
       for (const sc_dtype I : {SC_I32, SC_I64})
         for (int form = 0; form < 7; ++form) {
+          if (!vllm && T == 1) continue;  // (a plain step on those rows)
           const int64_t P = B + 24;
-          const int S = std::max(W - 1, W - 2 + int(T)) + (form % 2 ? 2 : 0);
-          Case c = decode_case(W, B, T, D, S, P, true, P + 2);
+          const int S = std::max(W - 1, W - 2 + int(T)) + (vllm && form % 2 ? 2 : 0);
+          Case c = decode_case(W, B, T, D, S, P, vllm, P + 2);
           c.index_dtype = I;
           c.index_stride = form % 3 == 1 ? 3 : 1;
           c.overlap = int(rng() % 3);
@@ -769,8 +773,8 @@ TEST(Cuda, SpecStepForms) {
               break;
           }
           SCOPED_TRACE(std::string(what) + ", batch " + std::to_string(B) + ", T = " + std::to_string(T) +
-                       ", S = " + std::to_string(S) + (I == SC_I32 ? ", int32" : ", int64") + ", overlap " +
-                       std::to_string(c.overlap));
+                       (vllm ? ", vLLM rows" : ", [P, D, S] rows") + ", S = " + std::to_string(S) +
+                       (I == SC_I32 ? ", int32" : ", int64") + ", overlap " + std::to_string(c.overlap));
           EXPECT_CASE(c);
         }
 }
