@@ -821,27 +821,32 @@ TEST(Cuda, DecodeOverlapForms) {
 // by the kernel right before it), and consecutive steps update two pools in
 // turn (SC_OVERLAP_READS: the previous kernel does not write this step's
 // rows).  Every y and both pools are bitwise those of the chain run without
-// overlap, eagerly and replayed from a CUDA graph; batch 1, 64 and 256 (the
-// wide instance), both row layouts.  A step that read x or its residual
+// overlap, eagerly and replayed from a CUDA graph; one token and 1+3
+// speculative tokens with accepted counts; batch 1, 64 and 256 (the wide
+// instance), both row layouts.  A step that read x or its residual
 // before the previous kernel's end would see a stale y.
 TEST(Cuda, DecodeOverlapChain) {
   REQUIRE_GPU();
-  const int W = 4, S = W - 1, kSteps = 48;
+  const int W = 4, kSteps = 48;
   const int64_t D = 4096, P = 300;
   std::mt19937_64 rng(31);
   std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  for (const int64_t T : {1, 4})  // one token; 1+3 speculative tokens with accepted counts
   for (const int64_t N : {1, 64, 256})
     for (bool vllm : {true, false}) {
-      SCOPED_TRACE("batch " + std::to_string(N) + (vllm ? ", vLLM rows" : ", [P, D, S] rows"));
+      SCOPED_TRACE("batch " + std::to_string(N) + ", T = " + std::to_string(T) +
+                   (vllm ? ", vLLM rows" : ", [P, D, S] rows"));
+      const int S = T == 1 ? W - 1 : W - 2 + int(T);
       auto bf16 = [&](size_t n, float scale) {
         std::vector<uint16_t> v(n);
         for (auto& e : v) e = shortconv::f32_to_bf16(scale * uni(rng));
         return v;
       };
-      const size_t xs = size_t(N * D), ps = size_t(P * D * S);
+      const size_t xs = size_t(N * T * D), ps = size_t(P * D * S);
       const std::vector<uint16_t> x0 = bf16(xs, 1.f), w = bf16(size_t(D * W), 0.3f),
                                   bias = bf16(size_t(D), 0.1f), pool0 = bf16(2 * ps, 1.f);
-      std::vector<int32_t> idx(size_t(2 * N));  // pool k's rows: idx[k * N + n]
+      std::vector<int32_t> idx(size_t(3 * N));  // pool k's rows: idx[k * N + n]; accepted: idx[2N + n]
+      for (int64_t n = 0; n < N; ++n) idx[2 * size_t(N) + size_t(n)] = int32_t(1 + n % T);
       for (size_t k = 0; k < 2; ++k) {
         std::vector<int32_t> r(static_cast<size_t>(P));
         for (int i = 0; i < int(P); ++i) r[size_t(i)] = i;
@@ -864,9 +869,9 @@ TEST(Cuda, DecodeOverlapChain) {
         sc_conv_args a = shortconv::conv_args();
         a.width = W;
         a.activation = SC_ACT_SILU;
-        a.x = shortconv::tensor(buf(i), SC_BF16, {N, 1, D});
+        a.x = shortconv::tensor(buf(i), SC_BF16, {N, T, D});
         a.residual = a.x;
-        a.y = shortconv::tensor(buf(i + 1), SC_BF16, {N, 1, D});
+        a.y = shortconv::tensor(buf(i + 1), SC_BF16, {N, T, D});
         a.weight = shortconv::tensor(wb, SC_BF16, {D, W});
         a.bias = shortconv::tensor(bb, SC_BF16, {D});
         uint16_t* pool = static_cast<uint16_t*>(pb) + size_t(i % 2) * ps;
@@ -875,6 +880,7 @@ TEST(Cuda, DecodeOverlapChain) {
         a.final_state = a.initial_state;
         a.initial_state_indices = shortconv::tensor(static_cast<int32_t*>(ib) + (i % 2) * N, SC_I32, {N});
         a.final_state_indices = a.initial_state_indices;
+        if (T > 1) a.num_accepted = shortconv::tensor(static_cast<int32_t*>(ib) + 2 * N, SC_I32, {N});
         a.exec.backend = SC_BACKEND_CUDA;
         a.exec.stream = s;
         a.exec.overlap = overlap;
