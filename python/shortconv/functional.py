@@ -270,8 +270,8 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             "Serving steps"; results never depend on it).  'launch': the step's kernel starts while the kernel before it
             in the stream finishes and waits for it before touching memory, which hides
             the launch latency (programmatic dependent launch; in a CUDA graph too).
-            'reads': it may also read cache, cache_indices, weight and bias before that
-            wait, so the kernel right before it must not write them (an engine's input
+            'reads': it may also read cache, cache_indices, num_accepted, weight and bias
+            before that wait, so the kernel right before it must not write them (an engine's input
             projection, which writes x, may precede it; the previous layer's step on
             another cache too).  Every output is written after the wait.
 
