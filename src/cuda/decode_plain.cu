@@ -214,20 +214,10 @@ cudaError_t launch_plain_rows(const Plan& pl, const PlainArgs& a, Launch* l) {
 
 cudaError_t launch_decode_plain(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
   const PlainArgs pa = plain_args(a);
-  return with_act_type(p.act_dtype, [&](auto tag) -> cudaError_t {
+  return with_step_instance(p, pl, l, "fwd_decode_plain", [&](auto tag, auto ch, auto idx) {
     using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, double>) {
-      return l->no_instance("fwd_decode_plain (fp64)");
-    } else {
-      constexpr int kWide = DecodeTraits::kWideBytes / int(sizeof(T));
-      constexpr int kNarrow = DecodeTraits::kVecBytes / int(sizeof(T));
-      const bool i32 = pl.plain_index == SC_I32;
-      if (pl.ch == kWide)
-        return i32 ? launch_plain_rows<T, kWide, int32_t>(pl, pa, l) : launch_plain_rows<T, kWide, int64_t>(pl, pa, l);
-      if (pl.ch == kNarrow)
-        return i32 ? launch_plain_rows<T, kNarrow, int32_t>(pl, pa, l) : launch_plain_rows<T, kNarrow, int64_t>(pl, pa, l);
-      return l->no_instance("fwd_decode_plain");
-    }
+    using I = typename decltype(idx)::type;
+    return launch_plain_rows<T, decltype(ch)::value, I>(pl, pa, l);
   });
 }
 

@@ -80,6 +80,61 @@ SpecArgs spec_args(const Args& a) {
   return s;
 }
 
+// The first round trip of both kernels: the row indices and the accepted
+// count (issued before anything that waits on them), then the rows they name.
+template <class I>
+struct SpecHead {
+  int64_t ri, ro, acc;
+  __device__ __forceinline__ SpecHead(const SpecArgs& s, int n) {
+    const PlainArgs& a = s.p;
+    ri = a.h0_idx ? int64_t(static_cast<const I*>(a.h0_idx)[n * a.h0_idx_s]) : n;
+    ro = a.ht_idx ? int64_t(static_cast<const I*>(a.ht_idx)[n * a.ht_idx_s]) : n;
+    acc = int64_t(static_cast<const I*>(s.accepted)[n * s.accepted_s]);
+  }
+  // the row of h0 read (-1: none) and of ht written
+  __device__ __forceinline__ int64_t in(const PlainArgs& a) const {
+    return a.h0 ? plain_row(ri, a.h0_rows, a.h0_idx != nullptr, a.pad_index) : -1;
+  }
+  __device__ __forceinline__ int64_t out(const PlainArgs& a) const {
+    return a.ht ? plain_row(ro, a.ht_rows, a.ht_idx != nullptr, a.pad_index) : -1;
+  }
+  // the window's first entry, a - 1 with a clamped to [1, last]
+  __device__ __forceinline__ int64_t first(int64_t last) const {
+    return (acc < 1 ? 1 : acc > last ? last : acc) - 1;
+  }
+};
+
+// x of tokens t < LT at xp + t * x_t, issued together (zeros from token L on).
+template <class T, int CH, int LT>
+__device__ __forceinline__ void spec_load_x(const T* xp, int64_t x_t, int L, Pack<T, CH> (&xv)[LT]) {
+#pragma unroll
+  for (int t = 0; t < LT; ++t) xv[t] = t < L ? ldp<T, CH>(xp + t * x_t) : Pack<T, CH>::zero();
+}
+
+// One token: y = act(bias + sum_k w[k] * win[k] + w[H] * x) + residual at yp
+// (rp: the residual's, or nullptr; no y: a.y null), then the window slides.
+template <class T, int CH, int H, class Taps, class Act>
+__device__ __forceinline__ void spec_token(Taps& taps, Pack<T, CH> (&win)[H], const Pack<T, CH>& xv,
+                                           const Act& act, bool y, const T* rp, T* yp) {
+  using A = acc_t<T>;
+  using P = Pack<T, CH>;
+  taps.per_token();
+  A acc[CH];
+  linear_sum<T, CH, H>(taps, win, xv, 0, acc);
+#pragma unroll
+  for (int i = 0; i + 1 < H; ++i) win[i] = win[i + 1];
+  win[H - 1] = xv;
+  if (!y) return;
+  const P rv = rp ? ldp<T, CH>(rp) : P::zero();
+  A o[CH];
+#pragma unroll
+  for (int c = 0; c < CH; ++c) {
+    o[c] = act.value(acc[c]);
+    if (rp) o[c] += rv.get(c);
+  }
+  stp<T, CH>(yp, P::make(o));
+}
+
 // Blocks per SM (the register cap): the narrow instances the linear steps',
 // the wide ones their own (every token's x is live at once).
 template <class T, int CH>
@@ -91,7 +146,6 @@ constexpr int spec_min_blocks() {
 template <class T, int CH, int OV, class I>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_min_blocks<T, CH>()))
     fwd_decode_spec(const SpecArgs s) {
-  using A = acc_t<T>;
   using P = Pack<T, CH>;
   constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1, LM = DecodeTraits::kSpecMaxTokens;
   constexpr bool AHEAD = OV == kOverlapReads;
@@ -101,23 +155,15 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_min_blocks<T, CH
   if (d0 >= a.D) return;
   if constexpr (OV == kOverlapLaunch) overlap_wait();
   // the first round trip: indices, the accepted count, and what does not depend on them
-  const int64_t ri = a.h0_idx ? int64_t(static_cast<const I*>(a.h0_idx)[n * a.h0_idx_s]) : n;
-  const int64_t ro = a.ht_idx ? int64_t(static_cast<const I*>(a.ht_idx)[n * a.ht_idx_s]) : n;
-  const int64_t acc_n = int64_t(static_cast<const I*>(s.accepted)[n * s.accepted_s]);
+  const SpecHead<I> head(s, n);
   const int L = s.L;
   const T* xp = static_cast<const T*>(a.x) + n * a.x_n + d0;
   P xv[LM];  // token t's x (zeros past L), every token's issued together
-  if constexpr (!AHEAD) {
-#pragma unroll
-    for (int t = 0; t < LM; ++t) xv[t] = t < L ? ldp<T, CH>(xp + t * s.x_t) : P::zero();
-  }
+  if constexpr (!AHEAD) spec_load_x<T, CH, LM>(xp, s.x_t, L, xv);
   RawTaps<T, WMAX, CH> taps;
   taps.load(static_cast<const T*>(a.weight), static_cast<const T*>(a.bias), d0);
   // the second: the window, H entries from a - 1
-  const int64_t in = a.h0 ? plain_row(ri, a.h0_rows, a.h0_idx != nullptr, a.pad_index) : -1;
-  const int64_t out = a.ht ? plain_row(ro, a.ht_rows, a.ht_idx != nullptr, a.pad_index) : -1;
-  const int64_t hi = s.S - H + 1;
-  const int64_t first = (acc_n < 1 ? 1 : acc_n > hi ? hi : acc_n) - 1;
+  const int64_t in = head.in(a), out = head.out(a), first = head.first(s.S - H + 1);
   const T* h0 = static_cast<const T*>(a.h0) + (in >= 0 ? in : 0) * a.h0_row + first * a.h0_entry + d0;
   T* ht = static_cast<T*>(a.ht) + (out >= 0 ? out : 0) * a.ht_row + d0;
   P win[H];  // u[t .. t + H): the window of token t
@@ -125,8 +171,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_min_blocks<T, CH
   for (int i = 0; i < H; ++i) win[i] = in >= 0 ? ldp<T, CH>(h0 + i * a.h0_entry) : P::zero();
   if constexpr (AHEAD) {
     overlap_wait();
-#pragma unroll
-    for (int t = 0; t < LM; ++t) xv[t] = t < L ? ldp<T, CH>(xp + t * s.x_t) : P::zero();
+    spec_load_x<T, CH, LM>(xp, s.x_t, L, xv);
   }
   if (out >= 0) {  // the new row's first entries, u[1 .. H); each token's x after its output
 #pragma unroll
@@ -140,23 +185,9 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_min_blocks<T, CH
 #pragma unroll
   for (int t = 0; t < LM; ++t) {
     if (t < L) {
-      taps.per_token();
-      A acc[CH];
-      linear_sum<T, CH, H>(taps, win, xv[t], 0, acc);
-#pragma unroll
-      for (int i = 0; i + 1 < H; ++i) win[i] = win[i + 1];
-      win[H - 1] = xv[t];
-      if (a.y) {
-        const P rv = rp ? ldp<T, CH>(rp + t * s.r_t) : P::zero();
-        A o[CH];
-#pragma unroll
-        for (int c = 0; c < CH; ++c) {
-          o[c] = act.value(acc[c]);
-          if (rp) o[c] += rv.get(c);
-        }
-        stp<T, CH>(yp + t * s.y_t, P::make(o));
-      }
-      if (out >= 0) stp<T, CH>(ht + (H - 1 + t) * a.ht_entry, xv[t]);
+      const P xt = xv[t];
+      spec_token<T, CH, H>(taps, win, xt, act, a.y != nullptr, rp ? rp + t * s.r_t : nullptr, yp + t * s.y_t);
+      if (out >= 0) stp<T, CH>(ht + (H - 1 + t) * a.ht_entry, xt);
     }
   }
 }
@@ -181,7 +212,6 @@ constexpr int spec_rows_min_blocks() {
 template <class T, int CH, int K, int OV, class I>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_rows_min_blocks<K>()))
     fwd_decode_spec_rows(const SpecArgs s) {
-  using A = acc_t<T>;
   using P = Pack<T, CH>;
   constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1, S_ = H + K, LT = K + 1;
   using B = RowBlock<T, CH, S_>;
@@ -193,21 +223,15 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_rows_min_blocks<
   if (d0 >= a.D) return;
   if constexpr (OV == kOverlapLaunch) overlap_wait();
   // the first round trip: indices, the accepted count, and what does not depend on them
-  const int64_t ri = a.h0_idx ? int64_t(static_cast<const I*>(a.h0_idx)[n * a.h0_idx_s]) : n;
-  const int64_t ro = a.ht_idx ? int64_t(static_cast<const I*>(a.ht_idx)[n * a.ht_idx_s]) : n;
-  const int64_t acc_n = int64_t(static_cast<const I*>(s.accepted)[n * s.accepted_s]);
+  const SpecHead<I> head(s, n);
   const T* xp = static_cast<const T*>(a.x) + n * a.x_n + d0;
   P xv[LT];  // token t's x, every token's issued together
-  if constexpr (!AHEAD) {
-#pragma unroll
-    for (int t = 0; t < LT; ++t) xv[t] = ldp<T, CH>(xp + t * s.x_t);
-  }
+  if constexpr (!AHEAD) spec_load_x<T, CH, LT>(xp, s.x_t, LT, xv);
   RawTaps<T, WMAX, CH> taps;
   taps.load(static_cast<const T*>(a.weight), static_cast<const T*>(a.bias), d0);
   // the second: the thread's block of the row
-  const int64_t in = a.h0 ? plain_row(ri, a.h0_rows, a.h0_idx != nullptr, a.pad_index) : -1;
-  const int64_t out = a.ht ? plain_row(ro, a.ht_rows, a.ht_idx != nullptr, a.pad_index) : -1;
-  const int first = int(acc_n < 1 ? 1 : acc_n > LT ? LT : acc_n) - 1;  // the window's oldest entry
+  const int64_t in = head.in(a), out = head.out(a);
+  const int first = int(head.first(LT));  // the window's oldest entry
   const T* h0 = static_cast<const T*>(a.h0) + (in >= 0 ? in : 0) * a.h0_row + d0 * S_;
   B blk;
 #pragma unroll
@@ -215,8 +239,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_rows_min_blocks<
     blk.v[i] = in >= 0 ? ldp<T, B::kPer>(h0 + i * B::kPer) : Pack<T, B::kPer>::zero();
   if constexpr (AHEAD) {
     overlap_wait();
-#pragma unroll
-    for (int t = 0; t < LT; ++t) xv[t] = ldp<T, CH>(xp + t * s.x_t);
+    spec_load_x<T, CH, LT>(xp, s.x_t, LT, xv);
   }
   P row[S_];  // row[j] = entry j, then the new row
   blk.to_packs(row);
@@ -236,23 +259,8 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_rows_min_blocks<
   T* yp = static_cast<T*>(a.y) + n * a.y_n + d0;
 #pragma unroll
   for (int t = 0; t < LT; ++t) {
-    taps.per_token();
-    A acc[CH];
-    linear_sum<T, CH, H>(taps, win, xv[t], 0, acc);
-#pragma unroll
-    for (int i = 0; i + 1 < H; ++i) win[i] = win[i + 1];
-    win[H - 1] = xv[t];
+    spec_token<T, CH, H>(taps, win, xv[t], act, a.y != nullptr, rp ? rp + t * s.r_t : nullptr, yp + t * s.y_t);
     row[H - 1 + t] = xv[t];  // new entry H-1+t = u[H + t]
-    if (a.y) {
-      const P rv = rp ? ldp<T, CH>(rp + t * s.r_t) : P::zero();
-      A o[CH];
-#pragma unroll
-      for (int c = 0; c < CH; ++c) {
-        o[c] = act.value(acc[c]);
-        if (rp) o[c] += rv.get(c);
-      }
-      stp<T, CH>(yp + t * s.y_t, P::make(o));
-    }
   }
   if (out < 0) return;
   T* ht = static_cast<T*>(a.ht) + out * a.ht_row + d0 * S_;
@@ -314,21 +322,10 @@ cudaError_t launch_spec_rows(const Plan& pl, const SpecArgs& a, Launch* l) {
 
 cudaError_t launch_decode_spec(const Problem& p, const Plan& pl, const Args& a, Launch* l) {
   const SpecArgs sa = spec_args(a);
-  return with_act_type(p.act_dtype, [&](auto tag) -> cudaError_t {
+  return with_step_instance(p, pl, l, "fwd_decode_spec", [&](auto tag, auto ch, auto idx) {
     using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, double>) {
-      return l->no_instance("fwd_decode_spec (fp64)");
-    } else {
-      constexpr int kWide = DecodeTraits::kWideBytes / int(sizeof(T));
-      constexpr int kNarrow = DecodeTraits::kVecBytes / int(sizeof(T));
-      const bool i32 = pl.plain_index == SC_I32;
-      if (pl.ch == kWide)
-        return i32 ? launch_spec_rows<T, kWide, int32_t>(pl, sa, l) : launch_spec_rows<T, kWide, int64_t>(pl, sa, l);
-      if (pl.ch == kNarrow)
-        return i32 ? launch_spec_rows<T, kNarrow, int32_t>(pl, sa, l)
-                   : launch_spec_rows<T, kNarrow, int64_t>(pl, sa, l);
-      return l->no_instance("fwd_decode_spec");
-    }
+    using I = typename decltype(idx)::type;
+    return launch_spec_rows<T, decltype(ch)::value, I>(pl, sa, l);
   });
 }
 

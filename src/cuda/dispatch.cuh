@@ -7,6 +7,10 @@
 //   Launch                      one kernel launch on the caller's stream, with
 //                               the plan's geometry; remembers which kernel ran
 //                               last and whether a plan found no instance
+//   with_step_instance(p, pl, l, name, f)
+//                               f(TypeTag<T>{}, Int<CH>{}, TypeTag<I>{}) for the
+//                               engines' common decode steps (dtype, channels
+//                               per thread, index dtype)
 //
 // fwd.cu and bwd.cu each write one launcher over these; neither repeats a
 // dtype switch, a window ladder or a grid computation.
@@ -188,6 +192,30 @@ cudaError_t launch_path(const Plan& pl, const Args& a, Launch* l) {
       break;
   }
   return found ? e : l->no_instance(path_name(pl.path));
+}
+
+// The engines' common decode steps (decode_plain.cu, decode_spec.cu):
+// f(TypeTag<T>{}, Int<CH>{}, TypeTag<I>{}) for the activation dtype (fp64 has
+// no instance), the plan's channels per thread (DecodeTraits::kWideBytes or
+// kVecBytes of x) and its index dtype (Plan::plain_index).  `kernel` names
+// the kernel when no instance matches.
+template <class F>
+cudaError_t with_step_instance(const Problem& p, const Plan& pl, Launch* l, const char* kernel, F&& f) {
+  return with_act_type(p.act_dtype, [&](auto tag) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, double>) {
+      return l->no_instance(kernel);
+    } else {
+      constexpr int kWide = DecodeTraits::kWideBytes / int(sizeof(T));
+      constexpr int kNarrow = DecodeTraits::kVecBytes / int(sizeof(T));
+      const bool i32 = pl.plain_index == SC_I32;
+      if (pl.ch == kWide)
+        return i32 ? f(tag, Int<kWide>{}, TypeTag<int32_t>{}) : f(tag, Int<kWide>{}, TypeTag<int64_t>{});
+      if (pl.ch == kNarrow)
+        return i32 ? f(tag, Int<kNarrow>{}, TypeTag<int32_t>{}) : f(tag, Int<kNarrow>{}, TypeTag<int64_t>{});
+      return l->no_instance(kernel);
+    }
+  });
 }
 
 // Kernels of each direction (fwd.cu, bwd.cu).

@@ -624,6 +624,48 @@ TEST(Cuda, Over2Pow31Elements) {
   for (void* p : {x, y, dx, dw, db, dw_ws, ws}) cudaFree(p);
 }
 
+// The run-time forms of the common decode steps' kernels (PlainStepForms,
+// SpecStepForms): 0 in place; 1 rows written elsewhere than read, in another
+// pool; 2 no initial state; 3 no final state; 4 no pool (row n); 5 a residual,
+// no bias, the identity; 6 fp32.  Applied to a case whose rows are indexed in
+// place; returns the form's name.
+const char* apply_step_form(Case* c, int form) {
+  const int64_t P = c->pool;
+  switch (form) {
+    case 1:
+      c->in_place = false;
+      for (auto& v : c->ht_index)
+        if (v >= 0 && v != c->pad_index) v = (v + 5) % P;
+      return "another pool";
+    case 2:
+      c->in_place = false;
+      c->h0 = false;
+      c->h0_index.clear();
+      return "no initial state";
+    case 3:
+      c->in_place = false;
+      c->ht = false;
+      c->ht_index.clear();
+      return "no final state";
+    case 4:
+      c->pool = 0;
+      c->in_place = false;
+      c->h0_index.clear();
+      c->ht_index.clear();
+      return "no pool (row n)";
+    case 5:
+      c->residual = true;
+      c->bias = false;
+      c->act = SC_ACT_NONE;
+      return "a residual, no bias, the identity";
+    case 6:
+      c->act_dtype = c->param_dtype = c->state_dtype = SC_F32;
+      return "fp32";
+    default:
+      return "in place";
+  }
+}
+
 // The plain step's kernel (fwd_decode_plain: one token per sequence, raw
 // taps, on vLLM rows of W-1 entries or [P, D, S] rows of W-1 or W entries),
 // whose instances are per row layout, row-index dtype and overlap mode, over
@@ -652,44 +694,7 @@ TEST(Cuda, PlainStepForms) {
           c.h0_index.assign(r.begin(), r.begin() + B);
           for (int64_t n = 0; n < B; n += 3) c.h0_index[size_t(n)] = n % 2 ? -1 : c.pad_index;
           c.ht_index = c.h0_index;
-          const char* what = "in place";
-          switch (form) {
-            case 1:  // rows written elsewhere than read, in another pool
-              what = "another pool";
-              c.in_place = false;
-              for (auto& v : c.ht_index)
-                if (v >= 0 && v != c.pad_index) v = (v + 5) % P;
-              break;
-            case 2:
-              what = "no initial state";
-              c.in_place = false;
-              c.h0 = false;
-              c.h0_index.clear();
-              break;
-            case 3:
-              what = "no final state";
-              c.in_place = false;
-              c.ht = false;
-              c.ht_index.clear();
-              break;
-            case 4:
-              what = "no pool (row n)";
-              c.pool = 0;
-              c.in_place = false;
-              c.h0_index.clear();
-              c.ht_index.clear();
-              break;
-            case 5:
-              what = "a residual, no bias, the identity";
-              c.residual = true;
-              c.bias = false;
-              c.act = SC_ACT_NONE;
-              break;
-            case 6:
-              what = "fp32";
-              c.act_dtype = c.param_dtype = c.state_dtype = SC_F32;
-              break;
-          }
+          const char* what = apply_step_form(&c, form);
           SCOPED_TRACE(std::string(what) + ", batch " + std::to_string(B) + (I == SC_I32 ? ", int32" : ", int64") +
                        (S == 0 ? ", vLLM rows" : ", [P, D, S] rows, S = " + std::to_string(S)) +
                        ", overlap " + std::to_string(c.overlap));
@@ -734,44 +739,7 @@ TEST(Cuda, SpecStepForms) {
           c.ht_index = c.h0_index;
           const int64_t most = S - (W - 1) + 1;  // counts that keep the window in the row
           for (int64_t n = 0; n < B; ++n) c.accepted.push_back(1 + int64_t(rng() % uint64_t(most)));
-          const char* what = "in place";
-          switch (form) {
-            case 1:  // rows written elsewhere than read, in another pool
-              what = "another pool";
-              c.in_place = false;
-              for (auto& v : c.ht_index)
-                if (v >= 0 && v != c.pad_index) v = (v + 5) % P;
-              break;
-            case 2:
-              what = "no initial state";
-              c.in_place = false;
-              c.h0 = false;
-              c.h0_index.clear();
-              break;
-            case 3:
-              what = "no final state";
-              c.in_place = false;
-              c.ht = false;
-              c.ht_index.clear();
-              break;
-            case 4:
-              what = "no pool (row n)";
-              c.pool = 0;
-              c.in_place = false;
-              c.h0_index.clear();
-              c.ht_index.clear();
-              break;
-            case 5:
-              what = "a residual, no bias, the identity";
-              c.residual = true;
-              c.bias = false;
-              c.act = SC_ACT_NONE;
-              break;
-            case 6:
-              what = "fp32";
-              c.act_dtype = c.param_dtype = c.state_dtype = SC_F32;
-              break;
-          }
+          const char* what = apply_step_form(&c, form);
           SCOPED_TRACE(std::string(what) + ", batch " + std::to_string(B) + ", T = " + std::to_string(T) +
                        (vllm ? ", vLLM rows" : ", [P, D, S] rows") + ", S = " + std::to_string(S) +
                        (I == SC_I32 ? ", int32" : ", int64") + ", overlap " + std::to_string(c.overlap));
