@@ -2,7 +2,8 @@
 // registers: one launch per decode step (Path::decode), chosen by
 // launch_decode (decode.cu) for vLLM's channel-contiguous rows
 // (StateIo::channel_vec, fwd_decode_linear: narrow and wide, one token or
-// speculative; the engines' common one-token step on them is decode_plain.cu's)
+// speculative; the engines' common one-token and speculative steps on them
+// are decode_plain.cu's and decode_spec.cu's)
 // and for [P, D, S] rows of S = W-1 or W, or speculative 1+K
 // tokens on rows of (W-1) + K (fwd_decode_linear_rows, with raw taps: wide,
 // and narrow since 2026-12-05: H100, bf16, batch 1-8, 3.3-5.3 -> 2.5-4.1 us,
@@ -145,7 +146,9 @@ constexpr int rows_min_blocks() {
 // The planner sends it dense steps of exactly 1+K tokens (every row rewritten
 // whole: spec_rows_in_registers), the forms verified on the GPU; packed and
 // shorter steps, which keep entries of their rows, take the staged instance.
-// (The plain step on these rows is decode_plain.cu's.)
+// (The plain and the common speculative step on these rows are decode_plain.cu's
+// and decode_spec.cu's: this form keeps flags, block tables and index tensors of
+// two dtypes.)
 template <class T, int CH, int S_, bool SPEC>
 __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH, S_, SPEC>()))
     fwd_decode_linear_rows(const Args a) {

@@ -35,7 +35,13 @@
 // ahead): here the arguments are SpecArgs (PlainArgs and one more line), the
 // index type a template parameter (I, accepted counts included), the token
 // loop unrolled to kSpecMaxTokens with every token's x issued together, and
-// overlap reads ahead available (OV).
+// overlap reads ahead available (OV).  fwd_decode_spec_rows takes over from
+// fwd_decode_linear_rows' speculative instances likewise (those keep the
+// steps with flags, block tables or index tensors of two dtypes).
+// H100, bf16, 1+3 tokens, D = 4096, batch 1 / 8 / 64 / 256: vLLM rows 3.01 /
+// 3.14 / 5.29 / 15.25 -> 1.93 / 2.17 / 4.20 / 14.86 us (reads ahead 1.44 /
+// 1.38 / 3.05 / 12.68); [P, D, S] rows 3.49 / 3.64 / 7.28 / 21.37 -> 1.85 /
+// 2.18 / 6.01 / 18.35 (bench/RESULTS.md, 2026-12-06).
 //
 // OV (the plan's overlap, common.cuh): kOverlapLaunch waits for the previous
 // kernel first.  kOverlapReads issues the indices, accepted counts, taps,
