@@ -229,8 +229,8 @@ cudaError_t launch_decode_linear(const Problem& p, const Plan& pl, const Args& a
 // The plain step (decode_plain.cu: Plan::plain_step, vLLM rows or [P, D, S]
 // rows in registers), called by launch_decode_linear.
 cudaError_t launch_decode_plain(const Problem& p, const Plan& pl, const Args& a, Launch* l);
-// The speculative step on vLLM rows (decode_spec.cu: Plan::spec_step), called by
-// launch_decode_linear.
+// The common speculative step (decode_spec.cu: Plan::spec_step, vLLM rows or
+// [P, D, S] rows in registers), called by launch_decode_linear.
 cudaError_t launch_decode_spec(const Problem& p, const Plan& pl, const Args& a, Launch* l);
 
 // The kernels' argument block for a problem and its plan (backend.cu).
