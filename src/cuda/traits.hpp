@@ -265,9 +265,9 @@ struct DecodeTraits {
   // 7 = 72 for fp32 (no spills in ptxas -v; fp32 spilled 12 bytes at 64).
   static constexpr int kMinBlocksWide16 = 8;
   static constexpr int kMinBlocksWide32 = 7;
-  // Speculative steps on [P, D, S] rows in registers (fwd_decode_linear_rows'
-  // SPEC instances): rows of S = (W-1) + K entries, K up to kSpecRowsMaxDrafts
-  // (one instance per K).  Register caps as blocks per SM: 6 (80 registers)
+  // Speculative steps on [P, D, S] rows in registers (fwd_decode_spec_rows,
+  // and fwd_decode_linear_rows' SPEC instances): rows of S = (W-1) + K
+  // entries, K up to kSpecRowsMaxDrafts (one instance per K).  Register caps as blocks per SM: 6 (80 registers)
   // for K <= 2, 5 (102) beyond, where 80 spilled 36-68 bytes (ptxas -v, sm_90).
   static constexpr int kSpecRowsMaxDrafts = 4;
   static constexpr int kSpecRowsShortK = 2;
@@ -282,8 +282,8 @@ struct DecodeTraits {
   // fwd_decode_linear).
   static constexpr int kSpecMaxTokens = kSpecRowsMaxDrafts + 1;
   // Its wide instances' register cap, as blocks per SM: 6 (80 registers; they
-  // take 72-80, and spilled 108-320 bytes at the raw-tap cap of 64, with one
-  // token's x ahead or all of them).
+  // take 72-80, and spilled 108-320 bytes at the raw-tap cap of 64, with two
+  // tokens' x in flight or all of them).
   static constexpr int kMinBlocksSpecWide = 6;
   // Scalar instance (any strides, fp64, W 5..16): one channel per thread.
   static constexpr int kScalarWmax = kMaxFastW;
