@@ -7,6 +7,7 @@
     from shortconv.dao import causal_conv1d_fn, causal_conv1d_update   # causal-conv1d's API
     from shortconv.vllm import causal_conv1d_fn, causal_conv1d_update  # vLLM's Mamba ops
     y_local, _ = shortconv.distributed.causal_conv1d(x_local, weight, group=cp_group)  # CP shard
+    with shortconv.check_contents(): ...  # CUDA calls: index contents checked as on the CPU
 
 CPU tensors run on the CPU backend, CUDA tensors on the CUDA backend (torch's
 current stream, workspace from torch's caching allocator).  The library is
@@ -19,6 +20,7 @@ from ._ops import HAS_CUSTOM_OPS
 from .functional import causal_conv1d, causal_conv1d_update
 from .modules import ShortConvolution
 from . import dao, vllm  # noqa: E402  (causal-conv1d's and vLLM's APIs, for one-import switches)
+from ._check import check_contents
 
 __version__ = "0.1.0"
 
@@ -30,6 +32,7 @@ __all__ = [
     "dao",
     "vllm",
     "ShortConvError",
+    "check_contents",
     "HAS_CUSTOM_OPS",
     "has_backend",
     "library_path",

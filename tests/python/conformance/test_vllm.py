@@ -216,12 +216,15 @@ def test_update_speculative_bad_counts_are_errors(device):
     with pytest.raises(ValueError, match="conv_state"):  # rows too short for 2 tokens, W = 4: E = 4
         vllm.causal_conv1d_update(x, pool.narrow(2, 0, 3), w, b, True, rows,
                                   num_accepted_tokens=torch.ones(4, dtype=torch.int32, device=device))
-    if device == "cpu":  # contents: checked on the host (device tensors are clamped, section 7)
-        for bad in ([1, 0, 1, 1], [1, 1, 4, 1]):  # 0, and past the row (> S - (W-1) + 1 = 3)
-            n = next(i for i, v in enumerate(bad) if v != 1)
+    # contents: checked on host backends; CUDA calls inside shortconv.check_contents()
+    # (unchecked, the kernels clamp: section 7)
+    for bad in ([1, 0, 1, 1], [1, 1, 4, 1]):  # 0, and past the row (> S - (W-1) + 1 = 3)
+        n = next(i for i, v in enumerate(bad) if v != 1)
+        with shortconv.check_contents(device != "cpu"):
             with pytest.raises(ValueError, match=r"num_accepted_tokens\[%d\]" % n):
                 vllm.causal_conv1d_update(x, pool, w, b, True, rows,
-                                          num_accepted_tokens=torch.tensor(bad, dtype=torch.int32))
+                                          num_accepted_tokens=torch.tensor(bad, dtype=torch.int32,
+                                                                           device=device))
     assert torch.equal(pool, before)  # nothing written
 
 
@@ -355,9 +358,8 @@ def test_fn_prefix_caching_arguments_given_partially_are_named(missing, device):
                                          ("block", "block_size_to_align")])
 def test_fn_prefix_caching_bad_input_is_named_and_writes_nothing(defect, name, device):
     """Block indices past the table, a row written twice, a negative computed count, a block
-    size of 0: a clear error naming vLLM's argument, the pool unchanged (host contents: CPU)."""
-    if device != "cpu" and defect not in ("block",):
-        pytest.skip("index contents are checked on host backends (the CUDA backend clamps)")
+    size of 0: a clear error naming vLLM's argument, the pool unchanged (index contents:
+    checked on host backends, and on CUDA inside shortconv.check_contents())."""
     gen = torch.Generator().manual_seed(10)
     x, pool, w, b, qsl, rows, has, first, last, init, c = _apc_batch([5, 9], [3, 8], 4, 6,
                                                                       device, gen)
@@ -380,7 +382,7 @@ def test_fn_prefix_caching_bad_input_is_named_and_writes_nothing(defect, name, d
     else:
         B = 0
     before = pool.clone()
-    with pytest.raises(ValueError, match=name):
+    with shortconv.check_contents(device != "cpu"), pytest.raises(ValueError, match=name):
         vllm.causal_conv1d_fn(x, w, b, pool, qsl.to(device), rows.to(device), has.to(device),
                               "silu", block_idx_first_scheduled_token=first.to(device),
                               block_idx_last_scheduled_token=last.to(device),
