@@ -77,7 +77,7 @@ def _case(name, device, gen=None):
         return upd, dict(x=rnd(3, D), cache=cache, weight=w, bias=b,
                          cache_seqlens=_i32(off, device)), cache
     if name in ("table", "block past the table", "table entry out of the pool",
-                "flags and pad slot"):
+                "row read by another sequence", "flags and pad slot"):
         pool = rnd(6, D, W - 1)
         table = _i32([[0, 1, 2], [3, 4, 5]], device)
         init, fin = [0, 1], [1, 2]
@@ -86,6 +86,8 @@ def _case(name, device, gen=None):
             init = [0, 3]
         elif name == "table entry out of the pool":
             table = _i32([[0, 1, 2], [3, 9, 5]], device)
+        elif name == "row read by another sequence":  # row 1: written for 0, read by 1
+            table = _i32([[0, 1, 2], [3, 1, 5]], device)
         elif name == "flags and pad slot":
             kw = dict(has_initial_state=torch.tensor([True, False], device=device))
         return upd, dict(x=rnd(2, D), cache=pool, weight=w, bias=b, block_table=table,
@@ -111,6 +113,7 @@ HOSTILE = {  # the argument the error names
     "accepted 0": "num_accepted", "accepted past the row": "num_accepted",
     "parent after its child": "parent_tokens", "ring offset negative": "cache_seqlens",
     "block past the table": "initial_block", "table entry out of the pool": "block_table",
+    "row read by another sequence": "block_table",
     "cu_seqlens decreasing": "cu_seqlens", "seq_idx id past the rows": "seq_idx",
 }
 
