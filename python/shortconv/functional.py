@@ -275,7 +275,10 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
             projection, which writes x, may precede it; the previous layer's step on
             another cache too).  Every output is written after the wait.
 
-    The state addressing and the serving steps are docs/semantics.md section 5.
+    The state addressing and the serving steps are docs/semantics.md section 5.  On the CPU
+    every index tensor's contents are checked (a row out of the pool, an accepted count of 0,
+    a parent after its token, ...: ShortConvError naming it, nothing written); on CUDA the
+    kernels clamp them instead, unless the call runs inside shortconv.check_contents().
     """
     # The common decode step in one pass (x, cache, weight, bias, cache_indices and
     # num_accepted: _fast.update_fast); anything else, or anything it does not take, below.
