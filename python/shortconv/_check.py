@@ -44,7 +44,7 @@ _OFFSETS = tuple(_lib.OFF[name] for name in INDEX_FIELDS)
 # sc_tensor: data, dtype, ndim, shape[4], stride[4]
 _DESC = struct.Struct("<Qii%dq%dq" % (_lib._MAX_DIMS, _lib._MAX_DIMS))
 # dtype code -> (torch dtype, array-interface type string)
-_INDEX_DTYPES = {4: (torch.int32, "<i4"), 5: (torch.int64, "<i8"), 6: (torch.bool, "|b1")}
+_INDEX_DTYPES = {4: (torch.int32, "<i4", 4), 5: (torch.int64, "<i8", 8), 6: (torch.bool, "|b1", 1)}
 _BACKEND = struct.Struct("<i")
 _EXEC_HOST = struct.Struct("<iiqqQQQ")  # backend, threads, tile_t, tile_d, stream, workspace, bytes
 _HOST_BACKEND = _lib.SC_BACKEND_CPU if _lib.has_backend("cpu") else _lib.SC_BACKEND_REF
@@ -74,8 +74,7 @@ def read_copy(ptr, code, shape, strides, device):
     """A host copy of the values of the index tensor described by (ptr, dtype code, shape,
     strides) in ``device``'s memory (a CUDA copy synchronises the current stream, the one
     the call runs on)."""
-    dtype, typestr = _INDEX_DTYPES[code]
-    item = torch.empty((), dtype=dtype).element_size()
+    dtype, typestr, item = _INDEX_DTYPES[code]
     nbytes = (1 + sum(st * (n - 1) for n, st in zip(shape, strides))) * item
     if _from_pointer is not None:
         view = torch.empty(0, dtype=dtype, device=device).set_(
@@ -95,7 +94,7 @@ def validate_on_host(base, backward, device):
     buf = _lib._Buf()
     copy = ctypes.addressof(buf)
     ctypes.memmove(copy, base, _lib.ARGS_SIZE)
-    keep = []
+    copies = {}  # one read per distinct description (the state indices are often one tensor)
     for off in _OFFSETS:
         ptr, code, nd, *rest = _DESC.unpack_from(buf, off)
         shape, strides = rest[:nd], rest[_lib._MAX_DIMS:_lib._MAX_DIMS + nd]
@@ -104,9 +103,11 @@ def validate_on_host(base, backward, device):
             continue  # no contents to read, or a description the library refuses as such
         # broadcast (stride-0) dims read once and described as broadcast again: the
         # library words its errors for those (one row named for all sequences)
-        distinct = [1 if st == 0 else n for n, st in zip(shape, strides)]
-        host = read_copy(ptr, code, distinct, strides, device).expand(*shape)
-        keep.append(host)
+        key = (ptr, code, tuple(shape), tuple(strides))
+        host = copies.get(key)
+        if host is None:
+            distinct = [1 if st == 0 else n for n, st in zip(shape, strides)]
+            host = copies[key] = read_copy(ptr, code, distinct, strides, device).expand(*shape)
         _lib._TENSOR_PACK[nd](buf, off, host.data_ptr(), code, nd, *shape, *host.stride())
     _EXEC_HOST.pack_into(buf, _lib._EXEC_OFF, _HOST_BACKEND, 1,
                          *struct.unpack_from("<qq", buf, _lib._EXEC_OFF + 8), 0, 0, 0)
