@@ -43,7 +43,7 @@ INDEX_FIELDS = ("cu_seqlens", "initial_state_indices", "final_state_indices",
 _OFFSETS = tuple(_lib.OFF[name] for name in INDEX_FIELDS)
 # sc_tensor: data, dtype, ndim, shape[4], stride[4]
 _DESC = struct.Struct("<Qii%dq%dq" % (_lib._MAX_DIMS, _lib._MAX_DIMS))
-# dtype code -> (torch dtype, array-interface type string)
+# dtype code -> (torch dtype, array-interface type string, bytes per element)
 _INDEX_DTYPES = {4: (torch.int32, "<i4", 4), 5: (torch.int64, "<i8", 8), 6: (torch.bool, "|b1", 1)}
 _BACKEND = struct.Struct("<i")
 _EXEC_HOST = struct.Struct("<iiqqQQQ")  # backend, threads, tile_t, tile_d, stream, workspace, bytes
@@ -101,11 +101,11 @@ def validate_on_host(base, backward, device):
         if (not ptr or code not in _INDEX_DTYPES or not 0 < nd <= _lib._MAX_DIMS
                 or 0 in shape or min(strides) < 0):
             continue  # no contents to read, or a description the library refuses as such
-        # broadcast (stride-0) dims read once and described as broadcast again: the
-        # library words its errors for those (one row named for all sequences)
         key = (ptr, code, tuple(shape), tuple(strides))
         host = copies.get(key)
         if host is None:
+            # broadcast (stride-0) dims read once and described as broadcast again: the
+            # library words its errors for those (one row named for all sequences)
             distinct = [1 if st == 0 else n for n, st in zip(shape, strides)]
             host = copies[key] = read_copy(ptr, code, distinct, strides, device).expand(*shape)
         _lib._TENSOR_PACK[nd](buf, off, host.data_ptr(), code, nd, *shape, *host.stride())
@@ -117,12 +117,16 @@ def validate_on_host(base, backward, device):
 
 def _checking(run, backward):
     """``run`` (sc_forward / sc_backward) preceded, for a CUDA call outside a graph
-    capture, by validate_on_host; a refusal is returned as the run's (the message in the
-    call's sc_error) and the run does not start."""
+    capture, by the library's own validation of the call's descriptions (so that no index
+    tensor is read through a description it refuses) and validate_on_host; a refusal is
+    returned as the run's (the message in the call's sc_error) and the run does not start."""
 
     def checked(base, err):
         if (_BACKEND.unpack(ctypes.string_at(base + _lib._EXEC_OFF, 4))[0] == _lib.SC_BACKEND_CUDA
                 and not torch.cuda.is_current_stream_capturing()):
+            status = _sc_validate(base, backward, err)
+            if status:
+                return status
             device = torch.device("cuda", torch.cuda.current_device())
             status, message = validate_on_host(base, backward, device)
             if status:
