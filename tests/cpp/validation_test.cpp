@@ -16,6 +16,7 @@
 // state update, broadcast inputs, NULL data of empty tensors) succeed and give
 // the values docs/semantics.md defines.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -1146,6 +1147,58 @@ TEST(Validation, NoExceptionCrossesTheAbi) {
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(SC_ERR_BACKEND), "internal error");
 #endif
+}
+
+// docs/semantics.md section 8, "Checked on request": a host backend's validation
+// reads the contents of index tensors only, so a caller may check a CUDA call's
+// index contents by describing host copies of them beside the device pointers of
+// everything else.  Here every float tensor lies in memory that cannot be read
+// (PROT_NONE): a validation that touched it would crash the test.  The serving
+// step's index tensors (rows, accepted counts, parents) are in host memory; a bad
+// entry in each must be named, and the good contents must pass.
+TEST(Validation, HostValidationReadsOnlyIndexContents) {
+  constexpr int64_t N = 3, T = 2, D = 8, W = 4, S = (W - 2) + T, P = 5;
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  auto no_access = [&](int64_t bytes) {
+    const size_t len = (size_t(bytes) + page - 1) / page * page;
+    void* p = mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    return std::pair<void*, size_t>(p, len);
+  };
+  const auto x = no_access(N * T * D * 4), y = no_access(N * T * D * 4),
+             w = no_access(D * W * 4), pool = no_access(P * D * S * 4);
+  std::vector<int32_t> rows = {4, 0, 2}, accepted = {1, 2, 1}, parents = {-1, 0, -1, 0, -1, 0};
+  sc_conv_args a = shortconv::conv_args();
+  a.width = int32_t(W);
+  a.exec.backend = SC_BACKEND_CPU;
+  a.x = shortconv::tensor(x.first, SC_F32, {N, T, D});
+  a.y = shortconv::tensor(y.first, SC_F32, {N, T, D});
+  a.weight = shortconv::tensor(w.first, SC_F32, {D, W});
+  a.initial_state = a.final_state = shortconv::tensor(pool.first, SC_F32, {P, D, S});
+  a.initial_state_indices = a.final_state_indices = shortconv::tensor(rows.data(), SC_I32, {N});
+  a.num_accepted = shortconv::tensor(accepted.data(), SC_I32, {N});
+  a.parent_tokens = shortconv::tensor(parents.data(), SC_I32, {N, T});
+  sc_error err;
+  EXPECT_EQ(sc_validate(&a, 0, &err), SC_OK) << err.message;
+  struct Bad {
+    std::vector<int32_t>* v;
+    size_t at;
+    int32_t value;
+    const char* name;
+  };
+  for (const Bad& b : {Bad{&rows, 1, int32_t(P), "initial_state_indices[1]"},
+                       Bad{&rows, 2, 4, "final_state_indices[2]"},  // row 4 named twice
+                       Bad{&accepted, 0, 0, "num_accepted[0]"},
+                       Bad{&accepted, 2, 3, "num_accepted[2]"},  // past S - (W-1) + 1 = 2
+                       Bad{&parents, 3, 1, "parent_tokens"}}) {  // token 1's parent is itself
+    const int32_t good = (*b.v)[b.at];
+    (*b.v)[b.at] = b.value;
+    EXPECT_EQ(sc_validate(&a, 0, &err), SC_ERR_INVALID_ARGUMENT) << b.name;
+    EXPECT_NE(std::string(err.message).find(b.name), std::string::npos) << err.message;
+    (*b.v)[b.at] = good;
+  }
+  EXPECT_EQ(sc_validate(&a, 0, &err), SC_OK) << err.message;
+  for (const auto& m : {x, y, w, pool}) munmap(m.first, m.second);
 }
 
 // The workspace: ask for the size; when the backend needs one, one byte less
