@@ -215,6 +215,12 @@ typedef struct sc_conv_args {
                                 (vLLM's num_computed_tokens) */
   int64_t block_size;        /* >= 1 (vLLM's block_size_to_align); 0: no snapshots */
 
+  /* Padded slots' outputs (docs/semantics.md section 5), forward only, with state
+   * indices: 1 = every output of a padded sequence (one whose state indices all name
+   * no row: -1 or pad_index) is 0, causal-conv1d's convention; 0 (sc_conv_args_init)
+   * = computed from the zero state like any other sequence's. */
+  int32_t zero_padded_outputs;
+
   sc_exec exec;
 } sc_conv_args;
 

@@ -147,7 +147,8 @@ class _Args(ctypes.Structure):
         + [("pad_index", ctypes.c_int64)]
         + [(name, _Tensor) for name in TENSOR_FIELDS_AFTER_PAD]
         + [(name, _Tensor) for name in SERVING_FIELDS]
-        + [("block_size", ctypes.c_int64), ("exec", _Exec)]
+        + [("block_size", ctypes.c_int64), ("zero_padded_outputs", ctypes.c_int32),
+           ("exec", _Exec)]
     )
 
 
@@ -159,6 +160,8 @@ _EXEC_OFF = _Args.exec.offset
 _PAD_OFF = _Args.pad_index.offset
 _PAD_PACK = struct.Struct("<q").pack_into  # pad_index, block_size
 _BLOCK_SIZE_OFF = _Args.block_size.offset
+_ZERO_PADS_OFF = _Args.zero_padded_outputs.offset
+_INT32_PACK = struct.Struct("<i").pack_into
 _OVERLAP_OFF = _EXEC_OFF + _Exec.overlap.offset
 _OVERLAP_PACK = struct.Struct("<i").pack_into
 _WORKSPACE_OFF = _EXEC_OFF + _Exec.workspace.offset
@@ -649,6 +652,12 @@ class Call:
         """Prefix caching's block size (block boundaries get state snapshots)."""
         _PAD_PACK(self.buf, _BLOCK_SIZE_OFF, block_size)
         self.sig.append(("block_size", block_size))
+
+    def set_zero_padded_outputs(self):
+        """A padded sequence's outputs are 0 (causal-conv1d's convention for its padded
+        rows), not computed from the zero state."""
+        _INT32_PACK(self.buf, _ZERO_PADS_OFF, 1)
+        self.sig.append("zero_pads")
 
     def _raise(self, status):
         raise library_error(self.base, self.where, self.rename, status)

@@ -273,37 +273,13 @@ enum UpdateFlags : unsigned {
                             // y is returned in x's shape, token-major underneath
   kNarrowState = 1u << 2,   // the state is the first W-1 entries of each row (S > W-1)
   kRowsOfBatch = 1u << 3,   // no indices: the cache's first min(N, P) rows
-  kZeroPads = 1u << 4,      // outputs of padded rows (index < 0) set to zero afterwards
+  kZeroPads = 1u << 4,      // outputs of padded rows are 0 (the core's zero_padded_outputs)
   kModuleStep = 1u << 5,    // x [N, 1, D] only; a weight [D, 1, W] read as [D, W]
 };
 constexpr unsigned kVllm = kStrict | kChannelFirst | kNarrowState | kRowsOfBatch;
 constexpr unsigned kVllmSpeculative = kStrict | kChannelFirst | kRowsOfBatch;
 constexpr unsigned kDao = kStrict | kChannelFirst | kZeroPads;
 
-// dao's padded rows (index < 0) zeroed by a loop over host indices, where y's
-// rows are dense blocks: the masked_fill's comparison, view and fill cost about
-// half of a CPU decode step's host path (callgrind: ~24k of ~45k instructions).
-// The same bytes as the masked_fill (+0.0 in every float dtype).  False: not
-// applicable (device tensors, another layout), the caller fills.
-bool zero_padded_rows_on_host(at::Tensor& y, const at::Tensor& idx) {
-  if (!y.device().is_cpu() || !idx.device().is_cpu() || idx.dim() != 1 || y.dim() < 1) return false;
-  const auto it = idx.scalar_type();
-  if (it != at::kInt && it != at::kLong) return false;
-  const int64_t N = y.size(0);
-  if (idx.size(0) != N) return false;  // (the masked_fill's own error)
-  if (N == 0) return true;
-  if (!y.is_non_overlapping_and_dense() || y.stride(0) != y.numel() / N) return false;
-  const size_t row = static_cast<size_t>(y.stride(0)) * y.element_size();  // y[n]: one block
-  char* base = static_cast<char*>(y.data_ptr());
-  const int64_t si = idx.stride(0);
-  const int32_t* i32 = it == at::kInt ? idx.data_ptr<int32_t>() : nullptr;
-  const int64_t* i64 = it == at::kLong ? idx.data_ptr<int64_t>() : nullptr;
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t v = i32 ? int64_t(i32[n * si]) : i64[n * si];
-    if (v < 0) std::memset(base + static_cast<size_t>(n) * row, 0, row);
-  }
-  return true;
-}
 
 // x [N, D] (described as [N, 1, D]) or [N, T, D] ([N, D, T] with kChannelFirst); cache
 // [N, D, S] or a pool with cache_indices [N]; weight [D, W]; bias [D]; num_accepted [N].
@@ -405,18 +381,13 @@ py::object update_impl(py::handle x, py::handle cache, py::handle weight, py::ha
     y = at::empty_like(*xt);
     describe_out(a.y, a.x, y);
   }
+  if ((flags & kZeroPads) && it != nullptr) a.zero_padded_outputs = 1;
   sc_error err;
   err.message[0] = '\0';
   const sc_status s = run_call(a, err, 0, cuda_index, xt->device());
   if (s != SC_OK) raise(kUpdate, true, s, err);
   const at::Tensor& c = *ct;
   if (!c.is_inference()) torch::autograd::impl::bump_version(c);
-  if ((flags & kZeroPads) && it != nullptr) {  // y.masked_fill_((indices < 0).view(-1, 1[, 1]), 0)
-    if (!zero_padded_rows_on_host(y, *it)) {
-      const int64_t pads_shape[] = {-1, 1, 1};
-      y.masked_fill_(it->lt(0).view(at::IntArrayRef(pads_shape, static_cast<size_t>(nd))), 0);
-    }
-  }
   return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(y)));
 }
 

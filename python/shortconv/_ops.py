@@ -195,7 +195,8 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
                 has_initial_state=None, cache_seqlens=None, pad_slot_id=-1, num_accepted=None,
                 parent_tokens=None, block_table=None, initial_block=None, final_block=None,
                 first_block=None, computed_tokens=None, block_size=0,
-                where="shortconv.causal_conv1d_update", one_token=False, overlap=0):
+                where="shortconv.causal_conv1d_update", one_token=False, overlap=0,
+                zero_pads=False):
     """y [like x]; cache (a state [N, D, S] or pool [P, D, S]) updated in place.
     has_initial_state [N] (false: zero state read), cache_seqlens [N] (ring rows),
     pad_slot_id, num_accepted [N] (speculative rows), parent_tokens [N, M] (tree drafts),
@@ -203,7 +204,8 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
     first_block / computed_tokens [N] with block_size (prefix-caching snapshots):
     docs/semantics.md section 5.  one_token: x, residual (and y) are [N, D], one token per
     sequence, described to the library as [N, 1, D] (no view made).  overlap: exec.overlap
-    (0 none, 1 launch, 2 reads)."""
+    (0 none, 1 launch, 2 reads).  zero_pads: padded sequences' outputs are 0
+    (zero_padded_outputs: shortconv.dao's convention)."""
     c = Call(where, x, _width(weight), -1, activation, _CACHE_NAMES)
     if overlap:
         c.set_overlap(overlap)
@@ -244,6 +246,8 @@ def update_impl(x, cache, weight, bias, residual, cache_indices, cu_seqlens, act
         c.set("parent_tokens", parent_tokens, INDEX_CODES)
     if pad_slot_id != -1:
         c.set_pad_index(pad_slot_id)
+    if zero_pads:
+        c.set_zero_padded_outputs()
     y = c.out_tokens("y", x, x_layout) if one_token else c.out_like_x("y", x, x_layout)
     c.run_forward()
     return y

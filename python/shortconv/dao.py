@@ -137,7 +137,8 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
             [P, dim, state_len] with conv_state_indices.  Updated in place.
         weight: [dim, width].  bias: [dim] or None.  activation: None, 'silu' or 'swish'.
         cache_seqlens: [batch] int32, tokens already in each ring, or None.
-        conv_state_indices: [batch] int32 pool rows; -1 = padding (output 0, state untouched).
+        conv_state_indices: [batch] int32 pool rows; -1 = padding (output 0, state untouched:
+            the core's zero_padded_outputs, in the step's own kernel on CUDA).
         overlap: shortconv's own (keyword only; causal-conv1d has no such argument): None,
             'launch' or 'reads', the decode kernel launched to overlap the kernel before it in
             the stream (shortconv.causal_conv1d_update's ``overlap``).
@@ -169,16 +170,25 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
                      % (x.dtype, conv_state.dtype))
     two_dims = x.dim() == 2
     xt = x if two_dims else x.transpose(1, 2)  # the core's [batch, dim] / [batch, T, dim]
+    # causal-conv1d writes 0 for padded rows: the core's zero_padded_outputs (eager), or a
+    # masked_fill after a traced call (its op computes them from a zero state)
+    traced = _ops.use_custom_op()
     try:
-        y, _ = _F.causal_conv1d_update(xt, conv_state, weight=weight, bias=bias,
-                                       activation=activation, cache_indices=conv_state_indices,
-                                       cache_seqlens=cache_seqlens, overlap=overlap)
+        if conv_state_indices is not None and not traced:
+            y, _ = _F._update_general(xt, conv_state, None, weight, bias, activation,
+                                      conv_state_indices, None, None, cache_seqlens, -1, None,
+                                      None, None, None, None, None, None, 0, overlap,
+                                      zero_pads=True)
+        else:
+            y, _ = _F.causal_conv1d_update(xt, conv_state, weight=weight, bias=bias,
+                                           activation=activation,
+                                           cache_indices=conv_state_indices,
+                                           cache_seqlens=cache_seqlens, overlap=overlap)
     except CausalConv1dError:
         raise
     except ShortConvError as e:
         raise CausalConv1dError("%s: %s" % (where, e), e.status) from None
-    if conv_state_indices is not None:
-        # causal-conv1d writes 0 for padded rows; the core computed them from a zero state.
+    if conv_state_indices is not None and traced:
         y.masked_fill_((conv_state_indices < 0).view(-1, 1) if two_dims
                        else (conv_state_indices < 0).view(-1, 1, 1), 0)
     return y if two_dims else y.transpose(1, 2)

@@ -292,6 +292,18 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
                               0 if overlap is None else _OVERLAP_FAST[overlap])
         if y is not None:
             return y, cache
+    return _update_general(x, cache, residual, weight, bias, activation, cache_indices,
+                           cu_seqlens, has_initial_state, cache_seqlens, pad_slot_id,
+                           num_accepted, parent_tokens, block_table, initial_block, final_block,
+                           first_block, computed_tokens, block_size, overlap)
+
+
+def _update_general(x, cache, residual, weight, bias, activation, cache_indices, cu_seqlens,
+                    has_initial_state, cache_seqlens, pad_slot_id, num_accepted, parent_tokens,
+                    block_table, initial_block, final_block, first_block, computed_tokens,
+                    block_size, overlap, zero_pads=False):
+    """causal_conv1d_update described field by field.  zero_pads (eager only; shortconv.dao's
+    convention): a padded sequence's outputs are 0 (sc_conv_args.zero_padded_outputs)."""
     where = "shortconv.causal_conv1d_update"
     if weight is None:
         raise ValueError("shortconv.causal_conv1d_update: weight: required ([D, W])")
@@ -379,7 +391,7 @@ def causal_conv1d_update(x, cache, residual=None, weight=None, bias=None, activa
                              has_initial_state, cache_seqlens, pad_slot_id, num_accepted,
                              parent_tokens, block_table, initial_block, final_block, first_block,
                              computed_tokens, block_size, one_token=one_token,
-                             overlap=overlap_code)
+                             overlap=overlap_code, zero_pads=zero_pads)
         # The library wrote cache behind autograd's back: bump its version, as
         # every in-place op does, so a backward through a graph that saved
         # cache (e.g. as an initial_state) fails loudly instead of using the

@@ -49,7 +49,12 @@ sc_status run(const sc_conv_args* args, Dir dir, sc_error* err) {
                 "bytes at %p",
                 need, dir == Dir::fwd ? "forward" : "backward", p.exec.workspace_bytes,
                 p.exec.workspace);
-  return be.run(p, err);
+  st = be.run(p, err);
+  // Host backends: a padded sequence's outputs set to 0 after the run (the CUDA
+  // backend does it in its kernels: one launch for the engines' steps)
+  if (st == SC_OK && dir == Dir::fwd && p.zero_pads && p.y && be.memory == Memory::host)
+    zero_padded_outputs(p);
+  return st;
 }
 
 }  // namespace

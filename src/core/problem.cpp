@@ -4,6 +4,10 @@
 
 #include "core/problem.hpp"
 
+#include <cstring>
+
+#include "core/dtype.hpp"
+
 namespace shortconv {
 
 sc_status fail(sc_error* err, sc_status status, const char* fmt, ...) {
@@ -48,6 +52,23 @@ int64_t Problem::ht_row(int64_t n) const {
   if (!ht) return -1;
   if (table) return row_or_none(load_index(table, n, load_index(final_blk, n)), pad_index);
   return ht_idx ? row_or_none(load_index(ht_idx, n), pad_index) : n;
+}
+
+bool Problem::padded(int64_t n) const {
+  if (!h0_idx && !ht_idx) return false;
+  return (!h0_idx || row_or_none(load_index(h0_idx, n), pad_index) < 0) &&
+         (!ht_idx || row_or_none(load_index(ht_idx, n), pad_index) < 0);
+}
+
+void zero_padded_outputs(const Problem& p) {
+  const int64_t es = dtype_size(p.act_dtype);
+  char* y = static_cast<char*>(p.y.data);
+  for (int64_t n = 0; n < p.N; ++n) {
+    if (!p.padded(n)) continue;
+    const int64_t b = p.seq_batch(n), t0 = p.seq_begin(n), L = p.seq_len(n);
+    for (int64_t t = t0; t < t0 + L; ++t)
+      for (int64_t d = 0; d < p.D; ++d) std::memset(y + p.y.off(b, t, d) * es, 0, size_t(es));
+  }
 }
 
 int64_t Problem::snapshots(int64_t n) const {

@@ -90,6 +90,7 @@ struct Problem {
   View first_blk;      // [N]: block of the first snapshot (prefix caching)
   View computed;       // [N]: the chunk's first absolute position (prefix caching)
   int64_t block_size = 0;  // > 0: prefix caching (snapshots at block boundaries)
+  bool zero_pads = false;  // padded sequences' outputs are 0 (forward, with state indices)
   // sequence ids (docs/semantics.md section 3): runs of one id in a row are the
   // sequences, negative ids padding; N = B*T (the packed batch, empty after the
   // last run); state tensors are pools whose row i is id i's (no state indices,
@@ -121,6 +122,9 @@ struct Problem {
   // for a zero-length sequence).
   int64_t window_start(int64_t n) const;
   int64_t final_entries(int64_t n) const;
+  // Padded slots (zero_pads): every state index tensor given names no row for
+  // sequence n (-1 or pad_index; host memory).
+  bool padded(int64_t n) const;
   // Tree drafts: the parent of token t >= 1 of sequence n (t - 1 without parents).
   int64_t parent(int64_t n, int64_t t) const;
   // Prefix caching: the block boundaries strictly inside sequence n's chunk, the
@@ -129,6 +133,10 @@ struct Problem {
   int64_t snapshot_tokens(int64_t n, int64_t k) const;
   int64_t snapshot_row(int64_t n, int64_t k) const;
 };
+
+// y of every padded sequence (Problem::padded) set to +0 (host memory): the
+// forward's last step on host backends with zero_pads.
+void zero_padded_outputs(const Problem& p);
 
 // The block boundaries m * B strictly inside a chunk of L tokens from the
 // absolute position c (c >= 0, B >= 1): their count, and in *first the m of

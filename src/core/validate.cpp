@@ -553,6 +553,25 @@ sc_status check_forward_only(Call& k) {
               "computed_tokens, block_size", given);
 }
 
+// Padded slots' outputs set to 0 (semantics section 5): a flag, forward only, and
+// "padded" is said by state indices.
+sc_status check_zero_pads(Call& k) {
+  const sc_conv_args& a = k.a;
+  if (a.zero_padded_outputs == 0) return SC_OK;
+  if (a.zero_padded_outputs != 1)
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT, "zero_padded_outputs: expected 0 or 1, got %d",
+                int(a.zero_padded_outputs));
+  if (!k.fwd)
+    return fail(k.err, SC_ERR_UNSUPPORTED,
+                "zero_padded_outputs: forward only (padded outputs set to 0 have no backward "
+                "here); the backward takes 0");
+  if (!present(a.initial_state_indices) && !present(a.final_state_indices))
+    return fail(k.err, SC_ERR_INVALID_ARGUMENT,
+                "zero_padded_outputs: a padded sequence is one whose state indices name no row; "
+                "expected initial_state_indices or final_state_indices");
+  return SC_OK;
+}
+
 sc_status check_serving(Call& k) {
   const sc_conv_args& a = k.a;
   const bool spec = present(a.num_accepted), tree = present(a.parent_tokens);
@@ -921,6 +940,7 @@ void fill_problem(const Call& k, Problem* p) {
     to_view(a.first_block, &p->first_blk);
     to_view(a.computed_tokens, &p->computed);
     p->block_size = present(a.block_table) ? a.block_size : 0;
+    p->zero_pads = a.zero_padded_outputs != 0;
     to_act_view(a.residual, &p->residual);
     to_act_view(a.y, &p->y);
     to_view(a.final_state, &p->ht);
@@ -953,8 +973,8 @@ sc_status validate(const sc_conv_args* a, Dir dir, Problem* p, sc_error* err) {
   if (st != SC_OK) return st;
 
   Call k(*a, dir, err, be->memory == Memory::host);
-  for (sc_status (*stage)(Call&) : {check_batch, check_forward_only, check_table_groups,
-                                    check_params, check_state_len, check_states,
+  for (sc_status (*stage)(Call&) : {check_batch, check_forward_only, check_zero_pads,
+                                    check_table_groups, check_params, check_state_len, check_states,
                                     check_addressing, check_act_like, check_cu_seqlens,
                                     check_seq_ids, check_block_tables, check_serving,
                                     check_overlaps, check_cross_reads})

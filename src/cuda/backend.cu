@@ -90,6 +90,7 @@ Args make_args(const Problem& p, const Plan& pl, void* workspace) {
   a.computed = dt(p.computed);
   a.table_cols = p.table ? p.table.shape[1] : 0;
   a.block_size = p.block_size;
+  a.zero_pads = p.zero_pads && pl.zero_pads_fused;  // (read by the fused kernel only)
   a.state_io = int(pl.state_io);
   a.sid = dt(p.seq_idx);
   a.axis = pl.axis;
@@ -137,7 +138,14 @@ sc_status run(const Problem& p, sc_error* err) {
   const Args a = make_args(p, pl, p.exec.workspace);
   Launch l{static_cast<cudaStream_t>(p.exec.stream)};
   l.overlap = pl.overlap != SC_OVERLAP_NONE;
-  const cudaError_t e = p.dir == Dir::fwd ? launch_fwd(p, pl, a, &l) : launch_bwd(p, pl, a, &l);
+  cudaError_t e = p.dir == Dir::fwd ? launch_fwd(p, pl, a, &l) : launch_bwd(p, pl, a, &l);
+  // zero_padded_outputs where the forward's kernel does not zero them itself: a
+  // second kernel, in stream order after it (never overlapped: it waits for y)
+  if (e == cudaSuccess && !l.missing && p.dir == Dir::fwd && p.zero_pads && p.y &&
+      !pl.zero_pads_fused) {
+    l.overlap = false;
+    e = launch_zero_padded_y(p, a, &l);
+  }
   if (l.missing)
     return fail(err, SC_ERR_BACKEND,
                 "cuda backend: the %s path planned %s with window bound %d for %s activations, "

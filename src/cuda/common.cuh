@@ -60,6 +60,7 @@ struct Args {
   int64_t ahead;
   void* part;               // workspace: per-part dweight/dbias partials [parts, D, W+1]
   void* dpre;               // workspace: dpre [B*T, D] (general path only)
+  int zero_pads;            // padded sequences' y = 0 (fwd_decode_plain, zero_padded_y)
 };
 
 // ---- dtype conversions ------------------------------------------------------

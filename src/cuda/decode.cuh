@@ -235,7 +235,9 @@ struct PlainArgs {
   int64_t h0_row, h0_entry, h0_rows;  // h0_rows: P0 (rows past it, and the pad index, are no row)
   int64_t ht_row, ht_entry, ht_rows;
   int64_t pad_index;     // an index meaning "no row", besides negative ones
-  int32_t D, act;
+  int32_t D;
+  int16_t act;           // sc_activation
+  int16_t zero_pads;     // padded sequences' y = 0 (fwd_decode_plain; 0 in fwd_decode_spec)
 };
 static_assert(sizeof(PlainArgs) <= 3 * 64, "three constant-cache lines");
 

@@ -85,7 +85,8 @@ PlainArgs plain_args(const Args& a) {
   p.ht_rows = a.ht.n0;
   p.pad_index = a.pad_index;
   p.D = int32_t(a.D);  // (d0 < kMaxGridY * kThreads * CH: 32 bits)
-  p.act = a.act;
+  p.act = int16_t(a.act);
+  p.zero_pads = int16_t(a.zero_pads);
   return p;
 }
 
@@ -150,11 +151,14 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   A acc[CH];
   linear_sum<T, CH, H>(taps, win, xv, 0, acc);
   if (a.y) {
+    // zero_padded_outputs: a sequence whose index tensors name no row writes y = +0
+    const bool zero = a.zero_pads && (!a.h0_idx || in < 0) && (!a.ht_idx || out < 0);
     A o[CH];
 #pragma unroll
     for (int c = 0; c < CH; ++c) {
       o[c] = act.value(acc[c]);
       if (rp) o[c] += rv.get(c);
+      if (zero) o[c] = A(0);
     }
     stp<T, CH>(static_cast<T*>(a.y) + n * a.y_n + d0, P::make(o));
   }

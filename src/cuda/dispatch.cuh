@@ -233,6 +233,10 @@ cudaError_t launch_decode_plain(const Problem& p, const Plan& pl, const Args& a,
 // [P, D, S] rows in registers), called by launch_decode_linear.
 cudaError_t launch_decode_spec(const Problem& p, const Plan& pl, const Args& a, Launch* l);
 
+// A forward's padded sequences' outputs set to 0 after its kernel (pads.cu), for
+// zero_padded_outputs on plans that do not fuse it (Plan::zero_pads_fused).
+cudaError_t launch_zero_padded_y(const Problem& p, const Args& a, Launch* l);
+
 // The kernels' argument block for a problem and its plan (backend.cu).
 Args make_args(const Problem& p, const Plan& pl, void* workspace);
 

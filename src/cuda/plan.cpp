@@ -267,6 +267,7 @@ void plan_decode(const Problem& p, int sms, Plan* pl) {
   const bool vllm_spec = pl->raw_taps && p.T >= 1 && p.T <= DecodeTraits::kSpecMaxTokens && p.S >= W - 2 + p.T;
   pl->spec_step = common && p.accepted && (vllm_spec || pl->row_regs > 0);
   if (pl->plain_step || pl->spec_step) pl->plain_index = index_dtype == SC_I32 ? SC_I32 : SC_I64;
+  pl->zero_pads_fused = p.zero_pads && pl->plain_step;
   // exec.overlap: the kernels with overlapped instances (decode_plain.cu, decode_spec.cu,
   // decode_linear.cu)
   const bool vllm_linear = pl->raw_taps && pl->row_regs == 0 && !p.parents;

@@ -75,6 +75,8 @@ struct Plan {
                             // (fwd_decode_spec / fwd_decode_spec_rows, decode_spec.cu)
   int plain_index = SC_I64;  // fwd_decode_plain / fwd_decode_spec: the index tensors' dtype
                             // (SC_I32, SC_I64), the instance's (SC_I64 without index tensors)
+  bool zero_pads_fused = false;  // zero_padded_outputs done by fwd_decode_plain itself (else
+                                 // zero_padded_y after the forward's kernel, pads.cu)
   int overlap = SC_OVERLAP_NONE;  // decode: the instance's sc_exec.overlap mode, launched to overlap the
                             // previous kernel: a plain or speculative step's (none, launch or reads),
                             // or launch for the other steps on vLLM rows with raw taps

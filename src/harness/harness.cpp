@@ -139,6 +139,7 @@ std::string Case::describe() const {
   if (!has_h0.empty()) o << " flags(" << dtype_name(flag_dtype) << ")";
   if (!ring.empty()) o << " rings";
   if (pad_index != -1) o << " pad=" << pad_index;
+  if (zero_pads) o << " zero_pads";
   if (index_stride != 1) o << " index_stride=" << index_stride;
   if (state_transposed) o << " state^T";
   if (state_base) o << " state+" << state_base;

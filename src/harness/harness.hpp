@@ -73,6 +73,7 @@ struct Case {
   sc_dtype flag_dtype = SC_BOOL;  // bool, int32 or int64
   std::vector<int64_t> ring;      // [N] ring_offsets (>= 0): state rows are rings
   int64_t pad_index = -1;         // a state index meaning "no row", besides -1
+  bool zero_pads = false;         // zero_padded_outputs: padded sequences' outputs are 0
   bool state_transposed = false;  // h0/ht stored [rows, S, D]: strides {D*S, 1, D}
   // Elements before the origin of each state tensor in its buffer: a pool view aligned
   // to its element size, or to 4 or 8 bytes, only (device buffers are 256-byte

@@ -405,6 +405,7 @@ void Prepared::build_args() {
     set(a->has_initial_state, h0f_);
     set(a->seq_idx, sid_);
     a->pad_index = c_.pad_index;
+    a->zero_padded_outputs = c_.zero_pads ? 1 : 0;
     a->exec.backend = backend_;
     a->exec.num_threads = c_.num_threads;
     a->exec.tile_t = c_.tile_t;

@@ -727,6 +727,30 @@ TEST(CudaPlan, PlainDecodeStep) {
   }
 }
 
+// zero_padded_outputs: the plain step zeroes padded outputs in its own kernel
+// (one launch); every other plan leaves them to zero_padded_y after its kernel.
+TEST(CudaPlan, ZeroPaddedOutputsFusedInThePlainStepOnly) {
+  alignas(64) static char params[64];
+  for (bool vllm : {true, false})
+    for (int64_t T : {1, 2}) {
+      Problem q = decode_step(8, T, 4096, 64, 4, 3, SC_BF16, vllm);
+      q.param_dtype = q.weight.dtype = SC_BF16;
+      q.weight.present = true;
+      q.weight.data = params;
+      q.weight.shape[0] = 4096;
+      q.weight.shape[1] = 4;
+      q.weight.stride[0] = 4;
+      q.weight.stride[1] = 1;
+      EXPECT_FALSE(plan_for(q, Path::decode, 132).zero_pads_fused) << "flag off";
+      q.zero_pads = true;
+      const Plan pl = plan_for(q, Path::decode, 132);
+      EXPECT_EQ(pl.zero_pads_fused, T == 1) << (vllm ? "vLLM rows" : "[P, D, S] rows") << ", T " << T;
+      EXPECT_EQ(pl.zero_pads_fused, pl.plain_step);
+      q.ring.present = true;  // rings: another kernel, the second pass
+      EXPECT_FALSE(plan_for(q, Path::decode, 132).zero_pads_fused);
+    }
+}
+
 // The speculative step (fwd_decode_spec, per row layout and index dtype): raw
 // taps, accepted counts, a dense batch, index tensors (the accepted counts
 // among them) of one dtype, none of the ring offsets, block tables, flags or

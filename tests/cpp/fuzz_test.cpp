@@ -557,6 +557,9 @@ void mutate(Rng& r, World& w) {
       if (r.chance(0.3)) {
         a.block_size = r.pick<int64_t>({-1, 0, 1, 3, INT64_MAX});
         os << "block_size=" << a.block_size;
+      } else if (r.chance(0.3)) {
+        a.zero_padded_outputs = int32_t(r.pick<int64_t>({1, 2, -1, INT32_MAX}));
+        os << "zero_padded_outputs=" << a.zero_padded_outputs;
       } else {
         a.struct_size = uint32_t(r.pick<int64_t>({0, 8, sizeof(sc_conv_args) + 8}));
         os << "struct_size";

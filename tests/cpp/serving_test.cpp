@@ -16,6 +16,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -291,6 +293,79 @@ TEST_P(Serving, AcceptedCountsAtBothEndsAndPadSlots) {
     const Outputs got = run(c, in, GetParam(), kForward);
     EXPECT_EQ(compare(c, got, ref), "") << c.describe();
   }
+}
+
+// zero_padded_outputs (semantics section 5, causal-conv1d's padded rows): every
+// output of a padded sequence (its indices -1 or the pad index) is +0, every
+// other output and the pool are bitwise those of the call without it, and the
+// oracle agrees.  Dense steps of 1..4 tokens on [P, D, S] and vLLM rows (the
+// CUDA plain step's shape, W = 4, S = 3, one token, among them: it zeroes them
+// itself; the others take a second kernel) and packed prefills.
+TEST_P(Serving, ZeroPaddedOutputs) {
+  std::mt19937_64 rng(4013);
+  for (int i = 0; i < 30; ++i) {
+    const bool plain = i % 3 == 0;
+    const int W = plain ? 4 : int(pick(rng, 2, 6));
+    const int64_t T = plain ? 1 : pick(rng, 1, 4), B = pick(rng, 2, 9);
+    const int S = plain ? 3 : W - 1 + int(pick(rng, 0, 2));
+    Case c = step_case(rng, W, S, B, T, plain ? 8 * pick(rng, 1, 4) : pick(rng, 1, 20));
+    c.state_transposed = i % 2;
+    c.pad_index = i % 4 < 2 ? -1 : c.pool + 1;
+    for (int64_t n = 0; n < B; ++n)
+      if (rng() % 3 == 0) c.h0_index[size_t(n)] = c.ht_index[size_t(n)] = rng() % 2 ? -1 : c.pad_index;
+    if (i % 5 == 4) {  // a packed prefill of B sequences
+      c.packed = true;
+      c.lengths.clear();
+      for (int64_t n = 0; n < B; ++n) c.lengths.push_back(pick(rng, 0, 6));
+      c.B = 1;
+    }
+    Case z = c;
+    z.zero_pads = true;
+    const Inputs in = make_inputs(c);
+    const Outputs computed = forward(c, in, GetParam());
+    const Outputs zeroed = forward(z, in, GetParam());
+    const Outputs ref = run(z, in, SC_BACKEND_REF, kForward);
+    EXPECT_EQ(compare(z, zeroed, ref), "") << z.describe();
+    EXPECT_TRUE(bit_equal(zeroed.ht, computed.ht)) << z.describe();
+    ASSERT_EQ(zeroed.y.size(), computed.y.size());
+    const int64_t D = c.D;
+    int64_t t0 = 0;
+    for (int64_t n = 0; n < B; ++n) {
+      const int64_t L = c.packed ? c.lengths[size_t(n)] : T;
+      const int64_t first = c.packed ? t0 : n * T;  // the sequence's first token row of y
+      const bool padded = c.h0_row(n) < 0 && c.ht_row(n) < 0;
+      for (int64_t e = first * D; e < (first + L) * D; ++e) {
+        const double v = zeroed.y[size_t(e)], u = computed.y[size_t(e)];
+        if (padded)
+          EXPECT_TRUE(v == 0.0 && !std::signbit(v)) << z.describe() << " n=" << n << " y=" << v;
+        else
+          EXPECT_TRUE(std::memcmp(&v, &u, sizeof v) == 0) << z.describe() << " n=" << n;
+      }
+      t0 += L;
+    }
+  }
+}
+
+// zero_padded_outputs is forward-only, 0 or 1, and needs state indices: clear
+// errors naming it on every backend, nothing written.
+TEST_P(Serving, ZeroPaddedOutputsArgumentsAreChecked) {
+  std::mt19937_64 rng(4014);
+  Case c = step_case(rng, 4, 3, 3, 1, 8);
+  c.zero_pads = true;
+  const Inputs in = make_inputs(c);
+  Case bwd = c;
+  bwd.want_dx = true;
+  const Outputs b = run(bwd, in, GetParam(), kBackward);
+  EXPECT_EQ(b.status, SC_ERR_UNSUPPORTED) << b.error;
+  EXPECT_NE(b.error.find("zero_padded_outputs"), std::string::npos) << b.error;
+  Case dense = c;  // no pool: no indices to say which sequences are padded
+  dense.pool = 0;
+  dense.h0_index.clear();
+  dense.ht_index.clear();
+  const Outputs d = run(dense, make_inputs(dense), GetParam(), kForward);
+  EXPECT_EQ(d.status, SC_ERR_INVALID_ARGUMENT) << d.error;
+  EXPECT_NE(d.error.find("zero_padded_outputs"), std::string::npos) << d.error;
+  EXPECT_EQ(d.stray, 0);
 }
 
 // A dense step's lengths are its shape (T each): rows too short for its tokens
