@@ -629,19 +629,25 @@ TEST(CudaPlan, DecodeStepsTakeTheOneLaunchPath) {
 // token per sequence of a dense batch, row indices of one dtype, none of the
 // ring offsets, block tables, has_initial_state flags, accepted counts or
 // parents; every other step keeps the generic instance.
-TEST(CudaPlan, PlainDecodeStep) {
+// A bf16 decode step (W = 4, D = 8192, a pool of 1024 rows of S entries) whose
+// weight is raw taps: [D, W] contiguous, 64-byte aligned, of dtype `param`.
+Problem raw_taps_step(int64_t B, int64_t T, bool vllm, sc_dtype param = SC_BF16, int S = 3) {
   alignas(64) static char params[64];
-  auto step = [&](int64_t B, int64_t T, bool vllm, sc_dtype param = SC_BF16) {
-    Problem q = decode_step(B, T, 8192, 1024, 4, 3, SC_BF16, vllm);
-    q.param_dtype = param;
-    q.weight.present = true;
-    q.weight.data = params;
-    q.weight.dtype = param;
-    q.weight.shape[0] = 8192;
-    q.weight.shape[1] = 4;
-    q.weight.stride[0] = 4;
-    q.weight.stride[1] = 1;
-    return q;
+  Problem q = decode_step(B, T, 8192, 1024, 4, S, SC_BF16, vllm);
+  q.param_dtype = param;
+  q.weight.present = true;
+  q.weight.data = params;
+  q.weight.dtype = param;
+  q.weight.shape[0] = 8192;
+  q.weight.shape[1] = 4;
+  q.weight.stride[0] = 4;
+  q.weight.stride[1] = 1;
+  return q;
+}
+
+TEST(CudaPlan, PlainDecodeStep) {
+  auto step = [](int64_t B, int64_t T, bool vllm, sc_dtype param = SC_BF16) {
+    return raw_taps_step(B, T, vllm, param);
   };
   for (int64_t B : {1, 8, 64, 256}) {
     const Plan pl = plan_for(step(B, 1, true), Path::decode, 132);
@@ -730,17 +736,9 @@ TEST(CudaPlan, PlainDecodeStep) {
 // zero_padded_outputs: the plain step zeroes padded outputs in its own kernel
 // (one launch); every other plan leaves them to zero_padded_y after its kernel.
 TEST(CudaPlan, ZeroPaddedOutputsFusedInThePlainStepOnly) {
-  alignas(64) static char params[64];
   for (bool vllm : {true, false})
     for (int64_t T : {1, 2}) {
-      Problem q = decode_step(8, T, 4096, 64, 4, 3, SC_BF16, vllm);
-      q.param_dtype = q.weight.dtype = SC_BF16;
-      q.weight.present = true;
-      q.weight.data = params;
-      q.weight.shape[0] = 4096;
-      q.weight.shape[1] = 4;
-      q.weight.stride[0] = 4;
-      q.weight.stride[1] = 1;
+      Problem q = raw_taps_step(8, T, vllm);
       EXPECT_FALSE(plan_for(q, Path::decode, 132).zero_pads_fused) << "flag off";
       q.zero_pads = true;
       const Plan pl = plan_for(q, Path::decode, 132);
@@ -760,17 +758,9 @@ TEST(CudaPlan, ZeroPaddedOutputsFusedInThePlainStepOnly) {
 // other speculative step keeps its kernel (fwd_decode_linear on vLLM rows,
 // which waits first under overlap; the staged rows).
 TEST(CudaPlan, SpecDecodeStep) {
-  alignas(64) static char params[64];
   const int W = 4, most = DecodeTraits::kSpecMaxTokens;
   auto step = [&](int64_t B, int64_t T, int S, bool vllm = true, sc_dtype I = SC_I32) {
-    Problem q = decode_step(B, T, 8192, 1024, W, S, SC_BF16, vllm);
-    q.weight.present = true;
-    q.weight.data = params;
-    q.weight.dtype = SC_BF16;
-    q.weight.shape[0] = 8192;
-    q.weight.shape[1] = W;
-    q.weight.stride[0] = W;
-    q.weight.stride[1] = 1;
+    Problem q = raw_taps_step(B, T, vllm, SC_BF16, S);
     q.accepted.present = true;
     q.h0_idx.dtype = q.ht_idx.dtype = q.accepted.dtype = I;
     return q;
