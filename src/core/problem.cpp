@@ -66,8 +66,13 @@ void zero_padded_outputs(const Problem& p) {
   for (int64_t n = 0; n < p.N; ++n) {
     if (!p.padded(n)) continue;
     const int64_t b = p.seq_batch(n), t0 = p.seq_begin(n), L = p.seq_len(n);
-    for (int64_t t = t0; t < t0 + L; ++t)
+    for (int64_t t = t0; t < t0 + L; ++t) {
+      if (p.y.stride[2] == 1) {  // the token's channels: one block
+        std::memset(y + p.y.off(b, t) * es, 0, size_t(p.D * es));
+        continue;
+      }
       for (int64_t d = 0; d < p.D; ++d) std::memset(y + p.y.off(b, t, d) * es, 0, size_t(es));
+    }
   }
 }
 
