@@ -193,6 +193,19 @@ __device__ __forceinline__ void load_taps_newest_first(const DTensor& w, const D
 constexpr int kOverlapNone = SC_OVERLAP_NONE;      // a plain launch
 constexpr int kOverlapLaunch = SC_OVERLAP_LAUNCH;  // waits before its first access to memory
 constexpr int kOverlapReads = SC_OVERLAP_READS;    // reads its rows, indices and taps first
+static_assert(kOverlapNone == 0 && kOverlapLaunch == 1 && kOverlapReads == 2,
+              "a launcher's names are indexed by the overlap mode (with_overlap)");
+// The plan's overlap mode as a template argument: f(std::integral_constant<int, OV>{}),
+// OV = overlap, kOverlapNone for any other value.  A launcher keeps its kernel names in
+// an array indexed by OV: {plain, "overlapped, ", "reads ahead, "}.
+template <class F>
+cudaError_t with_overlap(int overlap, F&& f) {
+  switch (overlap) {
+    case kOverlapReads: return f(std::integral_constant<int, kOverlapReads>{});
+    case kOverlapLaunch: return f(std::integral_constant<int, kOverlapLaunch>{});
+    default: return f(std::integral_constant<int, kOverlapNone>{});
+  }
+}
 __device__ __forceinline__ void overlap_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -447,6 +460,18 @@ __device__ __forceinline__ int64_t h0_row_of(const Args& a, int64_t n) {
 __device__ __forceinline__ int64_t ht_row_of(const Args& a, int64_t n) {
   if (a.table.p) return table_row(a, a.ht, a.final_blk, n, 0);
   return state_row(a, a.ht, a.ht_idx, n);
+}
+// Speculative decoding (semantics §5, num_accepted): the row entry of the window's
+// first element, a - 1 with the accepted count a clamped to [1, last] (last = S - (W-1) + 1
+// keeps the window inside the row; semantics §7: clamped, not checked, on the device).
+__device__ __forceinline__ int64_t accepted_first(int64_t acc, int64_t last) {
+  return (acc < 1 ? 1 : acc > last ? last : acc) - 1;
+}
+// The same for sequence n of an Args step reading row `in` (0 without accepted counts or
+// without a row read).
+__device__ __forceinline__ int64_t accepted_first(const Args& a, int64_t n, int64_t in) {
+  if (!a.accepted.p || in < 0) return 0;
+  return accepted_first(ld_index(a.accepted, n), a.S - (a.W - 1) + 1);
 }
 // Prefix caching: the block boundaries strictly inside sequence n's chunk of L
 // tokens (0 without), and in *m0 the block number m of the first (at m * B).

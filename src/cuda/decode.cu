@@ -302,11 +302,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (decode_min_blocks<T, 
   const int64_t in = h0_row_of(a, n), out = ht_row_of(a, n);
   const bool spec = a.accepted.p != nullptr;
   const int64_t s = spec ? W - 1 : a.S;
-  int64_t base = 0;  // the h0 entry of u[0]: a_n - 1, clamped so the window lies in the row
-  if (spec && in >= 0) {
-    const int64_t v = ld_index(a.accepted, n), hi = a.S - (W - 1) + 1;
-    base = (v < 1 ? 1 : v > hi ? hi : v) - 1;
-  }
+  const int64_t base = accepted_first(a, n, in);  // the h0 entry of u[0]
   Rows<T, CH, IO> rows{a, StateIo(a.state_io), d0, a.ring.p ? q.c : 0,
                        reinterpret_cast<T*>(decode_stage + int64_t(threadIdx.x) * a.S * (CH * int(sizeof(T)) / 4))};
   // Latency order: the row's window (vLLM rows: raw vectors) and the first

@@ -193,6 +193,26 @@ struct RowBlock {
   }
 };
 
+// A speculative step on [P, D, S] rows of S_ = H + K entries held in registers
+// (row[j] = entry j): the first token's window, win = row[first .. first + H)
+// for first in [0, K] (predicated moves: no dynamic register index), and the
+// new row's entries 0 .. H-2, u[1 .. H), moved into row[0 .. H-1); the tokens
+// then fill row[H-1 ..].
+template <class P, int H, int S_>
+__device__ __forceinline__ void spec_row_window(P (&row)[S_], int first, P (&win)[H]) {
+  static_assert(S_ > H, "a speculative row holds drafts");
+#pragma unroll
+  for (int i = 0; i < H; ++i) win[i] = row[i];
+#pragma unroll
+  for (int b = 1; b + H <= S_; ++b)
+    if (first == b) {
+#pragma unroll
+      for (int i = 0; i < H; ++i) win[i] = row[b + i];
+    }
+#pragma unroll
+  for (int j = 0; j + 1 < H; ++j) row[j] = win[j + 1];
+}
+
 // y of packed token `tok` (x's view: row b, token tok) for channels
 // d0..d0+CH from the pre-activations acc, with the residual loaded after the
 // sums (fwd_decode_plain, on its own argument block, loads its residual first).

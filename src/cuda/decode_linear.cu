@@ -67,11 +67,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (linear_min_blocks<T, 
   const int64_t in = h0_row_of(a, n), out = ht_row_of(a, n);
   const bool spec = a.accepted.p != nullptr;
   const int64_t s = spec ? W - 1 : a.S;
-  int64_t base = 0;  // the h0 entry of u[0]: a_n - 1, clamped so the window lies in the row
-  if (spec && in >= 0) {
-    const int64_t v = ld_index(a.accepted, n), hi = a.S - (W - 1) + 1;
-    base = (v < 1 ? 1 : v > hi ? hi : v) - 1;
-  }
+  const int64_t base = accepted_first(a, n, in);  // the h0 entry of u[0]
   // h0: row `in` at channel d0 (entry j at h0 + j * sh), ht: row `out`; x token t at xp + t * sx
   const int64_t sh = a.h0.s2, so = a.ht.s2, sx = a.x.s1;
   const T* h0 = in >= 0 ? static_cast<const T*>(a.h0.p) + in * a.h0.s0 + d0 : nullptr;
@@ -172,10 +168,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
   const int64_t sx = a.x.s1;
   const T* xp = static_cast<const T*>(a.x.p) + q.b * a.x.s0 + q.s * sx + d0 * a.x.s2;
   int base = 0;  // speculative: the row entry of the window's oldest, a_n - 1 clamped into the row
-  if (SPEC && in >= 0) {
-    const int64_t v = ld_index(a.accepted, n);
-    base = int(v < 1 ? 1 : v > LT ? LT : v) - 1;
-  }
+  if (SPEC && in >= 0) base = int(accepted_first(ld_index(a.accepted, n), LT));
   B blk;
 #pragma unroll
   for (int i = 0; i < B::kVecs; ++i) blk.v[i] = h0 ? ldp<T, B::kPer>(reinterpret_cast<const T*>(h0 + i)) : Vec::zero();
@@ -192,16 +185,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (rows_min_blocks<T, CH
   int64_t t = 0;
   if constexpr (SPEC) {
     P win[H];  // u[t .. t + H): the window of token t
-#pragma unroll
-    for (int i = 0; i < H; ++i) win[i] = row[i];
-#pragma unroll
-    for (int b = 1; b < LT; ++b)
-      if (base == b) {
-#pragma unroll
-        for (int i = 0; i < H; ++i) win[i] = row[b + i];
-      }
-#pragma unroll
-    for (int j = 0; j + 1 < H; ++j) row[j] = win[j + 1];  // new entries 0 .. H-2: u[1 .. H)
+    spec_row_window(row, base, win);
 #pragma unroll
     for (int u = 0; u < LT; ++u)
       if (u < q.L) {

@@ -190,14 +190,12 @@ cudaError_t launch_plain(const Plan& pl, const PlainArgs& a, Launch* l) {
 #define SC_PLAIN_NAME(ov)                                                                   \
   (kWide ? (k32 ? SC_PLAIN_ROWS("", ov, "int32") : SC_PLAIN_ROWS("", ov, "int64"))          \
          : (k32 ? SC_PLAIN_ROWS("narrow, ", ov, "int32") : SC_PLAIN_ROWS("narrow, ", ov, "int64")))
-  switch (pl.overlap) {
-    case kOverlapReads:
-      return l->main(SC_PLAIN_NAME("reads ahead, "), fwd_decode_plain<T, CH, S_, kOverlapReads, I>, pl, a);
-    case kOverlapLaunch:
-      return l->main(SC_PLAIN_NAME("overlapped, "), fwd_decode_plain<T, CH, S_, kOverlapLaunch, I>, pl, a);
-    default:
-      return l->main(SC_PLAIN_NAME(""), fwd_decode_plain<T, CH, S_, kOverlapNone, I>, pl, a);
-  }
+  static const char* const kNames[] = {SC_PLAIN_NAME(""), SC_PLAIN_NAME("overlapped, "),
+                                       SC_PLAIN_NAME("reads ahead, ")};
+  return with_overlap(pl.overlap, [&](auto ov) {
+    constexpr int OV = decltype(ov)::value;
+    return l->main(kNames[OV], fwd_decode_plain<T, CH, S_, OV, I>, pl, a);
+  });
 #undef SC_PLAIN_ROWS
 #undef SC_PLAIN_NAME
 }

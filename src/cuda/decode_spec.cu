@@ -105,9 +105,7 @@ struct SpecHead {
     return a.ht ? plain_row(ro, a.ht_rows, a.ht_idx != nullptr, a.pad_index) : -1;
   }
   // the window's first entry, a - 1 with a clamped to [1, last]
-  __device__ __forceinline__ int64_t first(int64_t last) const {
-    return (acc < 1 ? 1 : acc > last ? last : acc) - 1;
-  }
+  __device__ __forceinline__ int64_t first(int64_t last) const { return accepted_first(acc, last); }
 };
 
 // x of tokens t < LT at xp + t * x_t, issued together (zeros from token L on).
@@ -250,16 +248,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_rows_min_blocks<
   P row[S_];  // row[j] = entry j, then the new row
   blk.to_packs(row);
   P win[H];  // u[t .. t + H): the window of token t
-#pragma unroll
-  for (int i = 0; i < H; ++i) win[i] = row[i];
-#pragma unroll
-  for (int b = 1; b < LT; ++b)
-    if (first == b) {
-#pragma unroll
-      for (int i = 0; i < H; ++i) win[i] = row[b + i];
-    }
-#pragma unroll
-  for (int j = 0; j + 1 < H; ++j) row[j] = win[j + 1];  // new entries 0 .. H-2: u[1 .. H)
+  spec_row_window(row, first, win);
   const RuntimeAct<MathOf<T>> act{a.act};
   const T* rp = a.residual ? static_cast<const T*>(a.residual) + n * a.r_n + d0 : nullptr;
   T* yp = static_cast<T*>(a.y) + n * a.y_n + d0;
@@ -292,20 +281,15 @@ cudaError_t launch_spec(const Plan& pl, const SpecArgs& a, Launch* l) {
   (kWide ? (k32 ? SC_SPEC_ROWS("", ov, "int32") : SC_SPEC_ROWS("", ov, "int64"))             \
          : (k32 ? SC_SPEC_ROWS("narrow, ", ov, "int32") : SC_SPEC_ROWS("narrow, ", ov, "int64")))
   static_assert(DecodeTraits::kSpecRowsMaxDrafts == 4, "the names above list K = 1 .. 4");
-  auto go = [&](const char* name, auto kernel) { return l->main(name, kernel, pl, a); };
-  if constexpr (K == 0) {
-    switch (pl.overlap) {
-      case kOverlapReads: return go(SC_SPEC_NAME("reads ahead, "), fwd_decode_spec<T, CH, kOverlapReads, I>);
-      case kOverlapLaunch: return go(SC_SPEC_NAME("overlapped, "), fwd_decode_spec<T, CH, kOverlapLaunch, I>);
-      default: return go(SC_SPEC_NAME(""), fwd_decode_spec<T, CH, kOverlapNone, I>);
-    }
-  } else {
-    switch (pl.overlap) {
-      case kOverlapReads: return go(SC_SPEC_NAME("reads ahead, "), fwd_decode_spec_rows<T, CH, K, kOverlapReads, I>);
-      case kOverlapLaunch: return go(SC_SPEC_NAME("overlapped, "), fwd_decode_spec_rows<T, CH, K, kOverlapLaunch, I>);
-      default: return go(SC_SPEC_NAME(""), fwd_decode_spec_rows<T, CH, K, kOverlapNone, I>);
-    }
-  }
+  static const char* const kNames[] = {SC_SPEC_NAME(""), SC_SPEC_NAME("overlapped, "),
+                                       SC_SPEC_NAME("reads ahead, ")};
+  return with_overlap(pl.overlap, [&](auto ov) {
+    constexpr int OV = decltype(ov)::value;
+    if constexpr (K == 0)
+      return l->main(kNames[OV], fwd_decode_spec<T, CH, OV, I>, pl, a);
+    else
+      return l->main(kNames[OV], fwd_decode_spec_rows<T, CH, K, OV, I>, pl, a);
+  });
 #undef SC_SPEC_ROWS
 #undef SC_SPEC_NAME
 }

@@ -278,6 +278,41 @@ TEST(Cuda, WorkspaceIndependentOfLayout) {
 
 #define CU(x) ASSERT_EQ((x), cudaSuccess) << #x << ": " << cudaGetErrorString(x)
 
+// A non-blocking stream of the test's own and what was captured on it, released
+// on every way out of the test (an ASSERT included): capture() starts recording
+// the stream, instantiate() ends it and builds the graph, replay() launches it
+// and waits.
+struct CapturedStream {
+  cudaStream_t s = nullptr;
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  CapturedStream() { cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); }
+  CapturedStream(const CapturedStream&) = delete;
+  CapturedStream& operator=(const CapturedStream&) = delete;
+  ~CapturedStream() {
+    drop();
+    if (s) cudaStreamDestroy(s);
+  }
+  void drop() {
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    ge = nullptr;
+    g = nullptr;
+  }
+  cudaError_t capture() {
+    drop();
+    return s ? cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) : cudaErrorInvalidResourceHandle;
+  }
+  cudaError_t instantiate() {
+    const cudaError_t e = cudaStreamEndCapture(s, &g);
+    return e != cudaSuccess ? e : cudaGraphInstantiate(&ge, g, 0);
+  }
+  cudaError_t replay() {
+    const cudaError_t e = cudaGraphLaunch(ge, s);
+    return e != cudaSuccess ? e : cudaStreamSynchronize(s);
+  }
+};
+
 // Forward + backward captured into a CUDA graph on a non-default stream,
 // replayed twice: equal to the oracle and to a direct run, bitwise.
 TEST(Cuda, GraphCapture) {
@@ -288,25 +323,20 @@ TEST(Cuda, GraphCapture) {
   const Inputs in = make_inputs(c);
   const Outputs ref = run(c, in, SC_BACKEND_REF);
   const Outputs direct = run(c, in, SC_BACKEND_CUDA);
-  cudaStream_t s;
-  CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CapturedStream cs;
   Prepared p(c, &in, SC_BACKEND_CUDA);
-  p.set_stream(s);
+  p.set_stream(cs.s);
   p.poison_outputs();
   CU(cudaDeviceSynchronize());
-  cudaGraph_t g;
-  CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CU(cs.capture());
   std::string e1, e2;
   const sc_status f = p.forward(&e1);
   const sc_status b = p.backward(&e2);
-  CU(cudaStreamEndCapture(s, &g));
+  CU(cs.instantiate());
   ASSERT_EQ(f, SC_OK) << e1;
   ASSERT_EQ(b, SC_OK) << e2;
-  cudaGraphExec_t ge;
-  CU(cudaGraphInstantiate(&ge, g, 0));
   for (int rep = 0; rep < 2; ++rep) {
-    CU(cudaGraphLaunch(ge, s));
-    CU(cudaStreamSynchronize(s));
+    CU(cs.replay());
     const Outputs got = p.fetch(kBoth);
     const std::string why = compare(c, got, ref);
     EXPECT_TRUE(why.empty()) << why;
@@ -315,9 +345,6 @@ TEST(Cuda, GraphCapture) {
     EXPECT_TRUE(bit_equal(got.dweight, direct.dweight));
     EXPECT_TRUE(bit_equal(got.dh0, direct.dh0));
   }
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  cudaStreamDestroy(s);
 }
 
 // Writes v into the device index tensor t (int32, contiguous, as the harness lays it out).
@@ -359,20 +386,16 @@ TEST(Cuda, DecodeGraphReplaysWithNewRowsAndCounts) {
     };
     draw(c);
     const Inputs in = make_inputs(c);
-    cudaStream_t s;
-    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CapturedStream cs;
     Prepared p(c, &in, SC_BACKEND_CUDA);
-    p.set_stream(s);
+    p.set_stream(cs.s);
     p.poison_outputs();
     CU(cudaDeviceSynchronize());
-    cudaGraph_t g;
-    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CU(cs.capture());
     std::string e;
     const sc_status f = p.forward(&e);
-    CU(cudaStreamEndCapture(s, &g));
+    CU(cs.instantiate());
     ASSERT_EQ(f, SC_OK) << e;
-    cudaGraphExec_t ge;
-    CU(cudaGraphInstantiate(&ge, g, 0));
     for (int rep = 0; rep < 3; ++rep) {
       Case cr = c;
       if (rep > 0) draw(cr);
@@ -381,17 +404,13 @@ TEST(Cuda, DecodeGraphReplaysWithNewRowsAndCounts) {
       upload_index(p.fwd_args().num_accepted, cr.accepted);
       if (vllm_rows) upload_index(p.fwd_args().parent_tokens, cr.parents);
       p.restore_state();  // every replay starts from the same pool
-      CU(cudaGraphLaunch(ge, s));
-      CU(cudaStreamSynchronize(s));
+      CU(cs.replay());
       const Outputs got = p.fetch(kForward);  // (its row bookkeeping is the captured case's)
       const Outputs ref = run(cr, in, SC_BACKEND_REF, kForward);
       ASSERT_TRUE(ref.ok()) << ref.problems();
       EXPECT_LE(rel_err(got.y, ref.y), tolerance(SC_BF16, SC_BF16)) << cr.describe();
       EXPECT_TRUE(bit_equal(got.ht, ref.ht)) << cr.describe();  // copies: exact
     }
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    cudaStreamDestroy(s);
   }
 }
 
@@ -830,8 +849,8 @@ TEST(Cuda, DecodeOverlapChain) {
       CU(cudaMemcpy(wb, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
       CU(cudaMemcpy(bb, bias.data(), bias.size() * 2, cudaMemcpyHostToDevice));
       CU(cudaMemcpy(ib, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
-      cudaStream_t s;
-      CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      CapturedStream cs;
+      const cudaStream_t s = cs.s;
       auto buf = [&](int i) { return static_cast<uint16_t*>(xb) + size_t(i) * xs; };
       auto step_args = [&](int i, int overlap) {
         sc_conv_args a = shortconv::conv_args();
@@ -860,8 +879,7 @@ TEST(Cuda, DecodeOverlapChain) {
         EXPECT_EQ(cudaMemcpy(xb, x0.data(), xs * 2, cudaMemcpyHostToDevice), cudaSuccess);
         EXPECT_EQ(cudaMemset(buf(1), 0, xs * 2 * kSteps), cudaSuccess);
         EXPECT_EQ(cudaMemcpy(pb, pool0.data(), pool0.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-        cudaGraph_t g = nullptr;
-        if (graph) EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+        if (graph) EXPECT_EQ(cs.capture(), cudaSuccess);
         for (int i = 0; i < kSteps; ++i) {
           const sc_conv_args a = step_args(i, overlap);
           sc_error err{};
@@ -870,13 +888,8 @@ TEST(Cuda, DecodeOverlapChain) {
           if (st != SC_OK) break;
         }
         if (graph) {
-          EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
-          cudaGraphExec_t ge = nullptr;
-          EXPECT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
-          EXPECT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
-          EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-          cudaGraphExecDestroy(ge);
-          cudaGraphDestroy(g);
+          EXPECT_EQ(cs.instantiate(), cudaSuccess);
+          EXPECT_EQ(cs.replay(), cudaSuccess);
         }
         EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
         EXPECT_EQ(cudaMemcpy(out.data(), xb, xs * 2 * (kSteps + 1), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -894,7 +907,6 @@ TEST(Cuda, DecodeOverlapChain) {
           for (int rep = 0; rep < 3; ++rep)
             EXPECT_TRUE(chain(overlap, graph) == want)
                 << "overlap " << overlap << (graph ? ", graph" : ", eager") << ", repetition " << rep;
-      cudaStreamDestroy(s);
       cudaFree(xb);
       cudaFree(wb);
       cudaFree(bb);
