@@ -41,6 +41,7 @@ _ACC = _OFF["num_accepted"]
 _DY, _DX, _DW, _DB = _OFF["dy"], _OFF["dx"], _OFF["dweight"], _OFF["dbias"]
 _INT32_MAX = _lib.INT32_MAX
 _OVERLAP_PACK, _OVERLAP_OFF = _lib._OVERLAP_PACK, _lib._OVERLAP_OFF
+_INT32_PACK, _ZERO_PADS_OFF = _lib._INT32_PACK, _lib._ZERO_PADS_OFF
 _ACTIVATIONS = _ops._ACTIVATIONS
 _CACHE_NAMES = _ops._CACHE_NAMES
 _Tensor = torch.Tensor
@@ -56,19 +57,21 @@ _CONV = "shortconv.causal_conv1d"
 _CONV_BWD = "shortconv.causal_conv1d (backward)"
 
 
-def update_fast(x, cache, weight, bias, cache_indices, num_accepted, activation, overlap=0):
+def update_fast(x, cache, weight, bias, cache_indices, num_accepted, activation, overlap=0,
+                zero_pads=False):
     """update_impl(x, cache, weight, bias, None, cache_indices, None, act,
-    num_accepted=num_accepted, overlap=overlap) of the common decode step -- x [N, D] (one
-    token per sequence, described as [N, 1, D]) or [N, T, D] with D = weight.shape[0]: y
-    (cache updated in place, its version bumped), or None when it is not that case.
-    overlap: exec.overlap's code (0, 1, 2)."""
+    num_accepted=num_accepted, overlap=overlap, zero_pads=zero_pads) of the common decode
+    step -- x [N, D] (one token per sequence, described as [N, 1, D]) or [N, T, D] with
+    D = weight.shape[0]: y (cache updated in place, its version bumped), or None when it is
+    not that case.  overlap: exec.overlap's code (0, 1, 2); zero_pads: a padded sequence's
+    outputs are 0 (sc_conv_args.zero_padded_outputs; needs cache_indices)."""
     try:
         act = _ACTIVATIONS[activation]
     except (KeyError, TypeError):
         return None
     if type(x) is not _Tensor:  # (before reading its device)
         return None
-    if _native is not None:
+    if _native is not None and not zero_pads:  # (the native update has no zero_pads)
         y = _native.update(x, cache, weight, bias, cache_indices, num_accepted, act, overlap)
         if y is not None:
             return y
@@ -110,6 +113,8 @@ def update_fast(x, cache, weight, bias, cache_indices, num_accepted, activation,
             return _give_back(buf, base)
     if overlap:
         _OVERLAP_PACK(buf, _OVERLAP_OFF, overlap)
+    if zero_pads:
+        _INT32_PACK(buf, _ZERO_PADS_OFF, 1)
     y = _empty_like(x)  # (x's strides when x is dense: _layout.like_x)
     ys = y.stride()
     if nd == 2:
@@ -120,7 +125,8 @@ def update_fast(x, cache, weight, bias, cache_indices, num_accepted, activation,
     key = None
     if cuda < 0:  # the workspace size's signature (shapes, dtypes, presence, scalars)
         key = (_UPDATE, width, act, nd, xs, xd[3], ws, wd[3], cs, ccode,
-               bd and (bd[0], bd[3]), idd and (idd[0], idd[3]), ad and (ad[0], ad[3]))
+               bd and (bd[0], bd[3]), idd and (idd[0], idd[3]), ad and (ad[0], ad[3]),
+               zero_pads)
     _forward_on(buf, base, cuda, key, _UPDATE, _CACHE_NAMES)
     if not cache.is_inference():
         _increment_version(cache)

@@ -175,10 +175,15 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     traced = _ops.use_custom_op()
     try:
         if conv_state_indices is not None and not traced:
-            y, _ = _F._update_general(xt, conv_state, None, weight, bias, activation,
-                                      conv_state_indices, None, None, cache_seqlens, -1, None,
-                                      None, None, None, None, None, None, 0, overlap,
-                                      zero_pads=True)
+            y = None
+            if cache_seqlens is None:  # (without the native module: one pass on descriptions)
+                y = _fast.update_fast(xt, conv_state, weight, bias, conv_state_indices, None,
+                                      activation, ov, zero_pads=True)
+            if y is None:
+                y, _ = _F._update_general(xt, conv_state, None, weight, bias, activation,
+                                          conv_state_indices, None, None, cache_seqlens, -1,
+                                          None, None, None, None, None, None, None, 0, overlap,
+                                          zero_pads=True)
         else:
             y, _ = _F.causal_conv1d_update(xt, conv_state, weight=weight, bias=bias,
                                            activation=activation,

@@ -70,7 +70,7 @@ def raw_calls():
 @contextlib.contextmanager
 def general_only(monkeypatch):
     with monkeypatch.context() as m:
-        m.setattr(_fast, "update_fast", lambda *a: None)
+        m.setattr(_fast, "update_fast", lambda *a, **k: None)
         m.setattr(_fast, "plain_call", lambda *a: None)
         yield
 
@@ -323,19 +323,27 @@ def test_peer_decode_steps_match_their_python(name, device, monkeypatch, one_pas
     pool = args[1]
     original = pool.clone()
     runs = []
+    fast_taken = []  # (the Python one pass: update_fast's answers, None = not its case)
+    update_fast = _fast.update_fast
+
+    def spy_fast(*a, **k):
+        y = update_fast(*a, **k)
+        fast_taken.append(y is not None)
+        return y
     for general in (False, True):
         pool.copy_(original)
         spy_mod = _NativeSpy(native.module) if one_pass == "native" and not general else None
         with raw_calls() as calls, monkeypatch.context() as m:
             m.setattr(_fast, "_native", spy_mod)
-            if general:
-                m.setattr(_fast, "update_fast", lambda *a: None)
+            m.setattr(_fast, "update_fast", (lambda *a, **k: None) if general else spy_fast)
             y = fn(*args, **kw)
         runs.append((y, pool.clone(), calls, spy_mod and spy_mod.taken))
     (y1, p1, c1, taken), (y2, p2, c2, _) = runs
     if one_pass == "native":
         assert [t for _, t in taken] == ([True] if name in PEER_ONE_PASS else
                                          [False] * len(taken)), taken
+    elif name in PEER_ONE_PASS:  # (and some of PEER_GENERAL after a view or a cast)
+        assert any(fast_taken), fast_taken
     assert torch.equal(y1, y2) and y1.stride() == y2.stride() and y1.dtype == y2.dtype
     assert torch.equal(p1, p2) and not torch.equal(p1, original)
     if name == "vllm x of another dtype":  # (the cast is a copy: new memory each run)
@@ -368,7 +376,7 @@ def test_peer_decode_step_errors_match_their_python(device, monkeypatch, one_pas
             with monkeypatch.context() as m:
                 if general:
                     m.setattr(_fast, "_native", None)
-                    m.setattr(_fast, "update_fast", lambda *a: None)
+                    m.setattr(_fast, "update_fast", lambda *a, **k: None)
                 with pytest.raises(Exception) as e:
                     fn(*args, **kw)
             assert torch.equal(pool, before), "%s: the pool was written" % name
