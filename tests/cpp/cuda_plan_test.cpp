@@ -26,6 +26,22 @@ namespace {
 using namespace shortconv;
 using namespace shortconv::cuda;
 
+// A present view of `dt` at `data` (the planner reads its alignment, not its contents).
+View view3(void* data, sc_dtype dt, int64_t n0, int64_t n1, int64_t n2, int64_t s0, int64_t s1,
+           int64_t s2) {
+  View v;
+  v.present = true;
+  v.data = data;
+  v.dtype = dt;
+  v.shape[0] = n0;
+  v.shape[1] = n1;
+  v.shape[2] = n2;
+  v.stride[0] = s0;
+  v.stride[1] = s1;
+  v.stride[2] = s2;
+  return v;
+}
+
 // A plausible backward problem (pointers only matter for alignment).
 Problem problem(std::mt19937_64& rng) {
   auto uni = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
@@ -48,23 +64,8 @@ Problem problem(std::mt19937_64& rng) {
   }
   static char buffer[64] alignas(64);
   auto view = [&](bool token_major) {
-    View v;
-    v.present = true;
-    v.data = buffer;
-    v.dtype = p.act_dtype;
-    v.shape[0] = p.B;
-    v.shape[1] = p.T;
-    v.shape[2] = p.D;
-    if (token_major) {
-      v.stride[2] = 1;
-      v.stride[1] = p.D;
-      v.stride[0] = p.T * p.D;
-    } else {
-      v.stride[1] = 1;
-      v.stride[2] = p.T;
-      v.stride[0] = p.T * p.D;
-    }
-    return v;
+    return token_major ? view3(buffer, p.act_dtype, p.B, p.T, p.D, p.T * p.D, p.D, 1)
+                       : view3(buffer, p.act_dtype, p.B, p.T, p.D, p.T * p.D, 1, p.T);
   };
   const bool tm = uni(0, 2) != 0;
   p.x = view(tm);
@@ -193,25 +194,11 @@ Problem dense_tm(Dir dir, sc_dtype dt, int W, sc_activation act, int64_t B, int6
   p.T = T;
   p.D = 4096;
   p.N = p.B;
-  View v;
-  v.present = true;
-  v.data = buffer;
-  v.dtype = dt;
-  v.shape[0] = p.B;
-  v.shape[1] = p.T;
-  v.shape[2] = p.D;
-  v.stride[2] = 1;
-  v.stride[1] = p.D;
-  v.stride[0] = p.T * p.D;
+  const View v = view3(buffer, dt, p.B, p.T, p.D, p.T * p.D, p.D, 1);
   p.x = v;
   if (dir == Dir::fwd) p.y = v;
   else p.dy = p.dx = v;
-  View w = v;
-  w.shape[0] = p.D;
-  w.shape[1] = W;
-  w.shape[2] = 1;
-  w.stride[0] = W;
-  w.stride[1] = 1;
+  const View w = view3(buffer, dt, p.D, W, 1, W, 1, 1);
   p.weight = w;
   if (dir == Dir::bwd) p.dweight = w;
   return p;
@@ -438,32 +425,8 @@ Problem decode_step(int64_t B, int64_t T, int64_t D, int64_t P, int W, int S, sc
   p.T = T;
   p.D = D;
   p.N = B;
-  auto act = [&] {
-    View v;
-    v.present = true;
-    v.data = buffer;
-    v.dtype = dt;
-    v.shape[0] = B;
-    v.shape[1] = T;
-    v.shape[2] = D;
-    v.stride[0] = T * D;
-    v.stride[1] = channel_major_x ? 1 : D;
-    v.stride[2] = channel_major_x ? T : 1;
-    return v;
-  };
-  p.x = act();
-  p.y = act();
-  View pool;
-  pool.present = true;
-  pool.data = buffer;
-  pool.dtype = dt;
-  pool.shape[0] = P;
-  pool.shape[1] = D;
-  pool.shape[2] = S;
-  pool.stride[0] = D * S;
-  pool.stride[1] = vllm_pool ? 1 : S;
-  pool.stride[2] = vllm_pool ? D : 1;
-  p.h0 = p.ht = pool;
+  p.x = p.y = view3(buffer, dt, B, T, D, T * D, channel_major_x ? 1 : D, channel_major_x ? T : 1);
+  p.h0 = p.ht = view3(buffer, dt, P, D, S, D * S, vllm_pool ? 1 : S, vllm_pool ? D : 1);
   p.h0_idx.present = p.ht_idx.present = true;
   p.state_in_place = true;
   return p;
