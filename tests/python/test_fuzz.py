@@ -143,14 +143,18 @@ def seq_idx_defect(kind, kw):
     return ValueError, "seq_idx"
 
 
-def apply_fwd_defect(defect, kw, W, packed):
-    """Corrupt one argument of a valid call: (exception, name the message must contain)."""
+_NOT_SHARED = object()
+
+
+def apply_shared_defect(defect, kw):
+    """The defects both entry points take alike -- seq_idx's, and an argument given as a
+    list, a tuple or a numpy array: (exception, name), None when not applicable to this call,
+    or _NOT_SHARED for the entry point's own."""
     arg, kind = defect.split(":")
     value = kw.get(arg)
-    sid = kw.get("seq_idx")
     if arg == "seq_idx":
         return seq_idx_defect(kind, kw)
-    if defect == "initial_state:batch" and sid is not None:
+    if defect == "initial_state:batch" and kw.get("seq_idx") is not None:
         return None  # (rows by id: any row count is valid)
     if kind in ("list", "tuple", "numpy"):
         if value is None:
@@ -159,6 +163,16 @@ def apply_fwd_defect(defect, kw, W, packed):
         kw[arg] = {"list": plain.tolist, "tuple": lambda: tuple(plain.tolist()),
                    "numpy": lambda: plain.double().numpy()}[kind]()
         return TypeError, arg
+    return _NOT_SHARED
+
+
+def apply_fwd_defect(defect, kw, W, packed):
+    """Corrupt one argument of a valid call: (exception, name the message must contain)."""
+    shared = apply_shared_defect(defect, kw)
+    if shared is not _NOT_SHARED:
+        return shared
+    arg, kind = defect.split(":")
+    value = kw.get(arg)
     if arg == "state_len":
         if kind == "short" and W < 2:
             return None
@@ -447,20 +461,10 @@ def test_fuzz_causal_conv1d_update(data):
 
 
 def apply_update_defect(defect, kw, P):
+    shared = apply_shared_defect(defect, kw)
+    if shared is not _NOT_SHARED:
+        return shared
     arg, kind = defect.split(":")
-    value = kw.get(arg)
-    sid = kw.get("seq_idx")
-    if arg == "seq_idx":
-        return seq_idx_defect(kind, kw)
-    if defect == "initial_state:batch" and sid is not None:
-        return None  # (rows by id: any row count is valid)
-    if kind in ("list", "tuple", "numpy"):
-        if value is None:
-            return None
-        plain = value.resolve_neg()
-        kw[arg] = {"list": plain.tolist, "tuple": lambda: tuple(plain.tolist()),
-                   "numpy": lambda: plain.double().numpy()}[kind]()
-        return TypeError, arg
     idx = kw["cache_indices"]
     if arg == "cache_indices":
         if idx is None or idx.numel() == 0:
