@@ -13,7 +13,8 @@
 #
 # GPU_CONFORM_SECONDS / GPU_PYTEST_SECONDS bound the two Python stages.
 # Environment: GPU_SKIP_TESTS=1 / GPU_SKIP_SAN=1 / GPU_SKIP_CHECK=1 / GPU_SKIP_BENCH=1 / GPU_SKIP_NCU=1 /
-# GPU_SKIP_PY=1 / GPU_SKIP_CONFORM=1 / GPU_SKIP_PYBENCH=1 / GPU_SKIP_PYDECODE=1 / GPU_SKIP_CTYPES=1 / GPU_SKIP_CPU=1
+# GPU_SKIP_PY=1 / GPU_SKIP_CONFORM=1 / GPU_SKIP_PYBENCH=1 / GPU_SKIP_PYDECODE=1 / GPU_SKIP_TOKENS=1 /
+# GPU_SKIP_CTYPES=1 / GPU_SKIP_CPU=1
 # skip a stage;
 # GPU_SAN_FILTER replaces the memcheck stage's gtest filter, GPU_RACE_FILTER the racecheck one's; GPU_PYTEST_PATHS the Python
 # suite's paths (default tests/python) and GPU_PYTEST_ARGS adds pytest options;
@@ -42,7 +43,7 @@ stage() {  # stage NAME CMD...: run, log to $LOG/NAME.log, record pass/fail and 
 }
 collect() {  # the logs so far into $OUT (when set)
   [ -n "${OUT:-}" ] || return 0
-  for s in build tests memcheck racecheck check bench ncu base_build base_bench native pyconform pytest pybench pydecode pyhost_ctypes pydecode_ctypes cpuisa; do
+  for s in build tests memcheck racecheck check bench ncu base_build base_bench native pyconform pytest pybench pydecode pytokens pyhost_ctypes pydecode_ctypes cpuisa; do
     [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
   done >"$OUT/summary.txt"
   tar czf "$OUT/gpu-logs.tar.gz" -C "$LOG" . 2>/dev/null
@@ -137,6 +138,9 @@ if [ "${GPU_SKIP_PY:-0}" != 1 ]; then
   # host path of one step per entry point against torch.mul
   [ "${GPU_SKIP_PYDECODE:-0}" = 1 ] || stage pydecode env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
     "$PY" -m shortconv.bench --device cuda --decode --budget ${GPU_PYBENCH_BUDGET:-0.3}
+  # the speculative step against the plain one by tokens per sequence (bench/decode_tokens.py)
+  [ "${GPU_SKIP_TOKENS:-0}" = 1 ] || stage pytokens env SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
+    "$PY" "$ROOT/bench/decode_tokens.py"
   # the same host paths through ctypes alone (the package without its native module)
   if [ "${GPU_SKIP_CTYPES:-0}" != 1 ]; then
     stage pyhost_ctypes env SHORTCONV_NATIVE=0 SHORTCONV_LIBRARY="$B/lib/libshortconv.so" PYTHONPATH="$ROOT/python" \
@@ -155,7 +159,7 @@ fi
 
 echo
 echo "==== summary ($(date -u +%FT%TZ), $(head -2 "$LOG/gpu.txt" | tail -1))"
-for s in build tests memcheck racecheck check bench ncu base_build base_bench native pyconform pytest pybench pydecode pyhost_ctypes pydecode_ctypes cpuisa; do
+for s in build tests memcheck racecheck check bench ncu base_build base_bench native pyconform pytest pybench pydecode pytokens pyhost_ctypes pydecode_ctypes cpuisa; do
   [ -n "${STATUS[$s]:-}" ] && printf '%-10s %s\n' "$s" "${STATUS[$s]}"
 done
 grep -hE '^\[  FAILED  \]' "$LOG/tests.log" 2>/dev/null | head -20
@@ -165,6 +169,7 @@ grep -hE 'ERROR SUMMARY|Race reports|RACECHECK SUMMARY' "$LOG/memcheck.log" "$LO
 tail -n 1 "$LOG/pyconform.log" "$LOG/pytest.log" 2>/dev/null
 [ -s "$LOG/pybench.log" ] && tail -n 22 "$LOG/pybench.log"
 [ -s "$LOG/pydecode.log" ] && tail -n 95 "$LOG/pydecode.log"  # the tables and the host-path rows
+[ -s "$LOG/pytokens.log" ] && cat "$LOG/pytokens.log"
 [ -s "$LOG/pyhost_ctypes.log" ] && tail -n 12 "$LOG/pyhost_ctypes.log"
 [ -s "$LOG/pydecode_ctypes.log" ] && tail -n 16 "$LOG/pydecode_ctypes.log"
 [ -s "$LOG/cpuisa.log" ] && grep -E '^== |copy|GB/s|^ *(dense|packed|long|small)|tests|PASSED|FAILED' "$LOG/cpuisa.log" | head -60

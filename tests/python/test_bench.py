@@ -185,3 +185,31 @@ def test_bench_decode_cuda_smoke():
     for r in host:  # on a GPU the eager calls beside the host path
         assert r["host_path"]["ours_us"] > 0 and r["eager"]["ours_us"] > 0
         assert r["eager"]["ratio"] == r["eager"]["ours_us"] / r["eager"]["torch_mul_us"]
+
+
+def test_decode_tokens_steps():
+    """bench/decode_tokens.py's steps (built on the CPU here): the plain one-token step and the
+    speculative kernel's L = 1, 2, 4 on the same rows, each accepted count within the step's
+    tokens, and each step a valid call."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "decode_tokens.py"
+    spec = importlib.util.spec_from_file_location("decode_tokens", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    steps = mod.cases(D=32, dtype=torch.float32, device="cpu")
+    assert [n for n, *_ in steps] == [
+        f"{kind}, batch {b}" for b in (1, 8)
+        for kind in ("plain, 1 token", "speculative, L = 1", "speculative, L = 2",
+                     "speculative, L = 4")]
+    for name, x, pool, kw in steps:
+        L = x.shape[1]
+        if name.startswith("speculative"):
+            assert name.endswith(f"L = {L}, batch {x.shape[0]}")
+            assert pool.shape[2] == 3 + 3  # (W-1) + 3 entries, the rows of 1+3 tokens
+            assert 1 <= int(kw["num_accepted"].min()) and int(kw["num_accepted"].max()) <= L
+        else:
+            assert L == 1 and "num_accepted" not in kw
+        before = pool.clone()
+        y, _ = shortconv.causal_conv1d_update(x, pool, **kw)
+        assert y.shape == x.shape and not torch.equal(pool, before)
