@@ -61,7 +61,8 @@ int dtype_slot(sc_dtype dt) {
 // orphaned `omp for` (its implicit barrier separates it from the next).
 
 // 0: weights and bias -> A, packed [Dp/L][W+1][L] (only the tiles read them),
-// one vector block of L channels per task, one typed strided copy per tap.
+// one vector block of L channels per task: a block transpose of the taps when they are
+// adjacent ([D, W] contiguous), else one typed strided copy per tap.
 template <class A>
 void pack_params(const Problem& p, const Plan& pl, int64_t L, A* wb) {
   const int W = p.W;
@@ -70,12 +71,17 @@ void pack_params(const Problem& p, const Plan& pl, int64_t L, A* wb) {
   for (int64_t v = 0; v < (pl.run_tiles ? pl.Dp / L : 0); ++v) {
     const int64_t d0 = v * L, n = std::clamp<int64_t>(p.D - d0, 0, L);
     A* w = wb + v * (W + 1) * L;
+    const bool taps_adjacent = p.weight.stride[1] == 1;  // ([D, W] contiguous: one block transpose)
+    if (taps_adjacent && n > 0)
+      transpose_elems(elem_ptr(p.weight.data, p.weight.dtype, p.weight.off(d0, 0)), p.weight.dtype,
+                      p.weight.stride[0], w, L, n, W);
     for (int k = 0; k <= W; ++k) {
       A* dst = w + k * L;
-      if (k < W)
-        copy_elems(elem_ptr(p.weight.data, p.weight.dtype, p.weight.off(d0, k)), p.weight.dtype,
-                   p.weight.stride[0], dst, Adt, 1, n);
-      else if (p.bias)
+      if (k < W) {
+        if (!taps_adjacent)
+          copy_elems(elem_ptr(p.weight.data, p.weight.dtype, p.weight.off(d0, k)), p.weight.dtype,
+                     p.weight.stride[0], dst, Adt, 1, n);
+      } else if (p.bias)
         copy_elems(elem_ptr(p.bias.data, p.bias.dtype, p.bias.off(d0)), p.bias.dtype,
                    p.bias.stride[0], dst, Adt, 1, n);
       std::fill(dst + (k < W || p.bias ? n : 0), dst + L, A(0));

@@ -84,6 +84,39 @@ inline void copy_elems(const void* src, int32_t sdt, int64_t ss, void* dst, int3
   }
 }
 
+// dst[k * L + i] = src[i * ss + k] for i in [0, n), k in [0, m): a block of n channels' m
+// contiguous taps (weight [D, W], tap stride 1) transposed into [m][L] of dtype ddt
+// (float or double), converted as copy_elems converts.  One typed loop over the block
+// instead of m strided copies: the per-call weight packing of a decode step
+// (cpu.cpp, pack_params) took half of a batch-1 step's library time that way.
+// (MT > 0: m == MT, a compile-time count the compiler unrolls; 0: any m.)
+template <int SD, int MT, class A>
+void transpose_typed(const void* src, int64_t ss, A* dst, int64_t L, int64_t n, int m) {
+  using M = std::conditional_t<SD == SC_F64 || std::is_same_v<A, double>, double, float>;
+  const auto* s = static_cast<const typename copy_detail::Elem<SD>::T*>(src);
+  const int mm = MT > 0 ? MT : m;
+  for (int64_t i = 0; i < n; ++i, s += ss)
+    for (int k = 0; k < mm; ++k) dst[k * L + i] = A(copy_detail::Elem<SD>::template get<M>(s[k]));
+}
+template <int SD, class A>
+void transpose_w(const void* src, int64_t ss, A* dst, int64_t L, int64_t n, int m) {
+  switch (m) {  // the common widths unrolled
+    case 2: return transpose_typed<SD, 2>(src, ss, dst, L, n, m);
+    case 3: return transpose_typed<SD, 3>(src, ss, dst, L, n, m);
+    case 4: return transpose_typed<SD, 4>(src, ss, dst, L, n, m);
+    default: return transpose_typed<SD, 0>(src, ss, dst, L, n, m);
+  }
+}
+template <class A>
+void transpose_elems(const void* src, int32_t sdt, int64_t ss, A* dst, int64_t L, int64_t n, int m) {
+  switch (copy_detail::slot(sdt)) {
+    case 0: return transpose_w<SC_F32>(src, ss, dst, L, n, m);
+    case 1: return transpose_w<SC_F64>(src, ss, dst, L, n, m);
+    case 2: return transpose_w<SC_BF16>(src, ss, dst, L, n, m);
+    default: return transpose_w<SC_F16>(src, ss, dst, L, n, m);
+  }
+}
+
 // The dtype code of the accumulation type A (float or double).
 template <class A>
 constexpr int32_t acc_dtype() { return sizeof(A) == 8 ? SC_F64 : SC_F32; }
