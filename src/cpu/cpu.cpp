@@ -67,11 +67,11 @@ template <class A>
 void pack_params(const Problem& p, const Plan& pl, int64_t L, A* wb) {
   const int W = p.W;
   constexpr int32_t Adt = acc_dtype<A>();
+  const bool taps_adjacent = p.weight.stride[1] == 1;  // ([D, W] contiguous: one block transpose)
 #pragma omp for schedule(static)
   for (int64_t v = 0; v < (pl.run_tiles ? pl.Dp / L : 0); ++v) {
     const int64_t d0 = v * L, n = std::clamp<int64_t>(p.D - d0, 0, L);
     A* w = wb + v * (W + 1) * L;
-    const bool taps_adjacent = p.weight.stride[1] == 1;  // ([D, W] contiguous: one block transpose)
     if (taps_adjacent && n > 0)
       transpose_elems(elem_ptr(p.weight.data, p.weight.dtype, p.weight.off(d0, 0)), p.weight.dtype,
                       p.weight.stride[0], w, L, n, W);

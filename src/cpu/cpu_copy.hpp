@@ -85,10 +85,11 @@ inline void copy_elems(const void* src, int32_t sdt, int64_t ss, void* dst, int3
 }
 
 // dst[k * L + i] = src[i * ss + k] for i in [0, n), k in [0, m): a block of n channels' m
-// contiguous taps (weight [D, W], tap stride 1) transposed into [m][L] of dtype ddt
+// adjacent taps (weight [D, W], tap stride 1, source dtype sdt) transposed into [m][L] of A
 // (float or double), converted as copy_elems converts.  One typed loop over the block
-// instead of m strided copies: the per-call weight packing of a decode step
-// (cpu.cpp, pack_params) took half of a batch-1 step's library time that way.
+// instead of m strided copies, which made the per-call weight packing of a batch-1 decode
+// step (cpu.cpp, pack_params) the largest part of its library time (bench/RESULTS.md,
+// 2026-12-06).
 // (MT > 0: m == MT, a compile-time count the compiler unrolls; 0: any m.)
 template <int SD, int MT, class A>
 void transpose_typed(const void* src, int64_t ss, A* dst, int64_t L, int64_t n, int m) {
