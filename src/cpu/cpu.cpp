@@ -10,6 +10,9 @@
 //      final states per run or dh0 zeros: id_states.)
 //   2. the tiles (cpu_kernels.hpp), any thread any tile: each output element
 //      belongs to exactly one tile, so the schedule cannot change results.
+//      Decode-shaped calls (Plan::decode: a few tokens per sequence) run
+//      decode tasks instead (cpu_kernels_decode.hpp), which also read the
+//      window and write the final states themselves: no phase 1.
 //   3. backward: dweight/dbias = sum of the per-tile partials in chunk order
 //      (parallel over channels), so results do not depend on the threads.
 // The kernels are picked once per call by ISA, dtype, W and activation.  The
@@ -290,7 +293,8 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
 
   const int wclass = p.W <= kMaxWClass ? p.W : 0;
   const int act = int(p.act);  // a listed activation id (validated)
-  const TileFn tile_fn = pl.tree ? K.tree[slot][act]
+  const TileFn tile_fn = pl.tree     ? K.tree[slot][act]
+                         : pl.decode ? K.decode[slot][act][wclass]
                          : p.dir == Dir::fwd ? K.fwd[slot][act][wclass] : K.bwd[slot][act][wclass];
 
   // Waking a team costs more than a tiny call's work (decode steps): below
@@ -307,8 +311,8 @@ void run_impl(const Problem& p, const Plan& pl, char* ws) {
     const FpMode::Scope fp_scope(caller_mode);
     pack_params(p, pl, L, wb);  // 0
     if (pl.runs) id_states(p, pl, c.seqs, halo);  // 1
-    else states(p, pl, c.seqs, halo);
-    if (pl.run_tiles) {         // 2: the tiles (cpu_kernels.hpp)
+    else if (!pl.decode) states(p, pl, c.seqs, halo);  // (decode tasks do their own states)
+    if (pl.run_tiles) {         // 2: the tiles (cpu_kernels.hpp), or decode tasks
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < pl.n_tasks; ++t) tile_fn(c, t);
     }
@@ -326,7 +330,7 @@ sc_status workspace(const Problem& p, size_t* bytes, sc_error* err) {
 }
 
 sc_status run(const Problem& p, sc_error* err) {
-  const Plan pl = make_plan(p);
+  const Plan pl = make_run_plan(p);
   if (pl.too_large) return workspace_too_large(p, err);
   if (!p.exec.workspace || p.exec.workspace_bytes < pl.bytes)
     return fail(err, SC_ERR_WORKSPACE, "exec.workspace: expected at least %zu bytes, got %zu",

@@ -581,6 +581,8 @@ void tree_task(const Ctx& c, int64_t task) {
   }
 }
 
+#include "cpu/cpu_kernels_decode.hpp"
+
 // Backward task `task`: chunk_group consecutive chunks of one d-tile (see
 // fwd_tile).  Each chunk's tile keeps its own partial row and pieces; with
 // several chunks (time-vectorised only) the task walks channel by channel
@@ -647,6 +649,11 @@ constexpr void fill_row(Kernels& k, int slot) {
   k.bwd[slot][a][3] = &bwd_tile<OB, 3, XT, Act>;
   k.bwd[slot][a][4] = &bwd_tile<OB, 4, XT, Act>;
   k.tree[slot][a] = &tree_task<OF, XT, Act>;  // a speculative tree step: forward only
+  k.decode[slot][a][0] = nullptr;             // (W > kMaxWClass: the tiles)
+  k.decode[slot][a][1] = &decode_task<OF, 1, XT, Act>;
+  k.decode[slot][a][2] = &decode_task<OF, 2, XT, Act>;
+  k.decode[slot][a][3] = &decode_task<OF, 3, XT, Act>;
+  k.decode[slot][a][4] = &decode_task<OF, 4, XT, Act>;
 }
 // OF16 / OB16: the bf16 forward's and backward's ops (OpsFNarrow<3> and
 // OpsF, or with AVX-512 BF16 the same with one-instruction rounding, Bf16Cvt).

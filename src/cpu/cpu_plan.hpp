@@ -59,6 +59,8 @@ namespace shortconv::cpu {
 struct bf16_t { uint16_t bits; };
 struct f16_t { uint16_t bits; };
 
+constexpr int kMaxWClass = 4;  // W 1..4 get register-window kernels, other W the generic one
+
 // The tile sizes and the stack budget of the decomposition above.
 struct Tiling {
   // Channel granularity: tiles and the padded channel count are multiples of
@@ -88,6 +90,15 @@ struct Tiling {
   // each chunk's own tile, added in the same order.
   static constexpr int64_t kTimeTaskRows = 4096;
   static constexpr int64_t kMinTasks = 32;
+  // The decode-shaped forward (cpu_kernels_decode.hpp) takes calls of at most
+  // kDecodeMaxTokens tokens per sequence (a step: one token, or a few
+  // speculative ones) and state rows of at most kDecodeMaxEntries entries (its
+  // per-sequence offset tables live on the stack); longer sequences stream
+  // better through the tiles, row by row.  A task is one d-tile of
+  // kDecodeGroup sequences: the d-tile's taps stay in L1 across them.
+  static constexpr int64_t kDecodeMaxTokens = 16;
+  static constexpr int64_t kDecodeMaxEntries = 64;
+  static constexpr int64_t kDecodeGroup = 16;
 };
 static_assert(Tiling::kAutoTileD % Tiling::kLane == 0, "tile_d must be whole vectors");
 static_assert(Tiling::kAutoTileT >= 1, "tile_t must be positive");
@@ -112,6 +123,7 @@ struct Plan {
   bool part = false;             // backward dweight/dbias partials in the workspace
   bool tree = false;             // parent_tokens: phase 2 runs n_tiles = N * n_dtiles tree tasks
   bool runs = false;             // seq_idx: the run table in the workspace
+  bool decode = false;           // phase 2 runs decode tasks instead of tiles (make_run_plan)
   int64_t halo_rows = 0;         // halo rows: N, or with seq_idx initial_state's rows
   size_t off_w = 0, off_halo = 0, off_part = 0, off_scr = 0, off_tree = 0, off_runs = 0, bytes = 0;
   bool too_large = false;        // some size does not fit in 63 bits: the call is refused
@@ -131,6 +143,29 @@ inline bool time_vectorised(const Problem& p) { return p.x.stride[1] == 1 && p.x
 inline bool time_contiguous_io(const Problem& p) {
   auto ok = [](const View& v) { return !v || v.stride[1] == 1 || v.shape[1] == 1; };
   return ok(p.y) && ok(p.residual) && ok(p.dy) && ok(p.dx);
+}
+
+// The longest sequence of the call is at most kDecodeMaxTokens tokens (packed:
+// cu_seqlens read on the host, only when the total allows it).
+inline bool short_sequences(const Problem& p) {
+  if (!p.packed) return p.T <= Tiling::kDecodeMaxTokens;
+  if (p.T > p.N * Tiling::kDecodeMaxTokens) return false;
+  for (int64_t n = 0; n < p.N; ++n)
+    if (p.seq_len(n) > Tiling::kDecodeMaxTokens) return false;
+  return true;
+}
+
+// Whether phase 2 runs the decode-shaped forward (cpu_kernels_decode.hpp):
+// a forward with y of short sequences, automatic time tiles (forced ones keep
+// the tiles, so the sweeps test both paths on decode shapes), W with a
+// register window, states of x's dtype (their entries are copied as bits), and
+// none of the rules it does not implement (seq_idx runs, tree drafts, prefix
+// caching's snapshots).
+inline bool decode_shaped(const Problem& p, const Plan& pl) {
+  return p.dir == Dir::fwd && pl.run_tiles && !pl.tree && !pl.runs && p.block_size == 0 &&
+         p.exec.tile_t == 0 && p.W <= kMaxWClass && p.S <= Tiling::kDecodeMaxEntries &&
+         (!p.h0 || p.h0.dtype == p.act_dtype) && (!p.ht || p.ht.dtype == p.act_dtype) &&
+         short_sequences(p);
 }
 
 // Every size below goes through Count (core/checked.hpp): shapes that pass
@@ -190,6 +225,17 @@ inline Plan make_plan(const Problem& p) {
   off += 64;  // room to align the caller's pointer
   pl.too_large = tiles.overflow() || ring.overflow() || off.overflow();
   pl.bytes = off.bytes();
+  return pl;
+}
+
+// The plan of a run: make_plan's, with phase 2's decode tasks when the call is
+// decode-shaped (one per d-tile and group of kDecodeGroup sequences).  The
+// workspace stays the tiles' (make_plan's size, a function of the shapes
+// alone: the decision reads cu_seqlens).
+inline Plan make_run_plan(const Problem& p) {
+  Plan pl = make_plan(p);
+  pl.decode = !pl.too_large && decode_shaped(p, pl);
+  if (pl.decode) pl.n_tasks = ceil_div(p.N, Tiling::kDecodeGroup) * pl.n_dtiles;
   return pl;
 }
 
@@ -268,7 +314,6 @@ inline void for_each_piece(const Seqs& sq, const Plan& pl, int64_t c, F&& f) {
 // cpu_isa.cpp picks one).  A tile kernel processes tile `tile` =
 // chunk * n_dtiles + d-tile completely.
 using TileFn = void (*)(const Ctx& c, int64_t tile);
-constexpr int kMaxWClass = 4;  // W 1..4 get register-window kernels, other W the generic one
 struct Kernels {
   const char* isa;
   int lanes[4];  // vector lanes per dtype slot: the packed layouts' vector width
@@ -276,6 +321,8 @@ struct Kernels {
   TileFn fwd[4][Activations::kCount][kMaxWClass + 1];
   TileFn bwd[4][Activations::kCount][kMaxWClass + 1];
   TileFn tree[4][Activations::kCount];  // forward with parent_tokens: one (sequence, d-tile) task
+  // decode-shaped forwards (Plan::decode): one (d-tile, sequence group) task; W classes 1..4 only
+  TileFn decode[4][Activations::kCount][kMaxWClass + 1];
 };
 // Instruction sets, in order: a machine that runs one runs every lower one.
 // v128: 128-bit vectors, every architecture's baseline (SSE2, NEON, generic);

@@ -270,6 +270,63 @@ TEST_P(Serving, MatchesTheOracleAtEveryTile) {
   EXPECT_GE(ran, 100);
 }
 
+// Decode-shaped steps (at most 16 tokens per sequence, W <= 4, states of x's
+// dtype): automatic tiles give the bits of every forced time tile (semantics
+// section 6).  On the CPU that is its decode kernel (cpu_kernels_decode.hpp)
+// against the tile path, over each rule the kernel implements: vLLM and [P, D,
+// S] rows, in place or into other rows, rings, accepted counts, flags, -1 and
+// pad slots, packed batches with zero-length sequences, channel-major and
+// strided x, every dtype, S from W-1 to W+4, channels past the last full vector.
+TEST_P(Serving, DecodeStepsEqualTheTiledForward) {
+  std::mt19937_64 rng(4017);
+  const sc_dtype dtypes[] = {SC_F32, SC_F16, SC_BF16, SC_F64};
+  const Layout layouts[] = {Layout::token_major, Layout::channel_major, Layout::strided};
+  for (int i = 0; i < 160; ++i) {
+    const int W = int(pick(rng, 1, 4));
+    const int64_t T = pick(rng, 1, 6), B = pick(rng, 1, 7);
+    const bool spec = i % 3 == 1;  // rows of (W-2) + T entries at least
+    const int S = spec ? std::max(W - 2 + int(T), 0) + int(pick(rng, 0, 1)) : W - 1 + int(pick(rng, 0, 4));
+    Case c = step_case(rng, W, S, B, T, pick(rng, 1, 40));
+    c.act_dtype = c.state_dtype = dtypes[rng() % 4];
+    c.param_dtype = dtypes[rng() % 4];
+    c.layout = layouts[rng() % 3];
+    c.state_transposed = rng() % 2;  // vLLM's rows: the channel axis contiguous
+    c.bias = rng() % 2;
+    c.residual = rng() % 3 == 0;
+    c.act = rng() % 2 ? SC_ACT_SILU : SC_ACT_NONE;
+    if (rng() % 3 == 0) {  // into other rows of the pool
+      c.in_place = false;
+      c.pool = 2 * B + 2;
+      for (int64_t n = 0; n < B; ++n) c.ht_index[size_t(n)] = B + 2 + n;
+    }
+    if (rng() % 4 == 0) {  // packed, zero-length sequences among them
+      c.packed = true;
+      for (int64_t n = 0; n < B; ++n) c.lengths.push_back(spec ? T : pick(rng, 0, T));
+    }
+    c.pad_index = c.pool + 5;
+    for (int64_t n = 0; n < B; ++n)
+      if (rng() % 4 == 0) c.h0_index[size_t(n)] = c.ht_index[size_t(n)] = rng() % 2 ? -1 : c.pad_index;
+    if (spec) {
+      for (int64_t n = 0; n < B; ++n) c.accepted.push_back(pick(rng, 1, std::min<int64_t>(T, S - W + 2)));
+    } else if (rng() % 3 == 0 && S > 0) {
+      for (int64_t n = 0; n < B; ++n) c.ring.push_back(pick(rng, 0, 3 * S));
+    }
+    if (rng() % 4 == 0)
+      for (int64_t n = 0; n < B; ++n) c.has_h0.push_back(rng() % 3 != 0);
+    const Inputs in = make_inputs(c);
+    const Outputs whole = forward(c, in, GetParam());
+    const Outputs ref = run(c, in, SC_BACKEND_REF, kForward);
+    EXPECT_EQ(compare(c, whole, ref), "") << c.describe();
+    for (int64_t tile_t : {int64_t(1), pick(rng, 2, W + 3)}) {
+      Case ct = c;
+      ct.tile_t = tile_t;
+      const Outputs tiled = forward(ct, in, GetParam());
+      EXPECT_TRUE(bit_equal(whole.y, tiled.y)) << ct.describe();
+      EXPECT_TRUE(bit_equal(whole.ht, tiled.ht)) << ct.describe();
+    }
+  }
+}
+
 // Accepted counts at both ends (1 and T: all accepted) with pad slots and -1
 // rows anywhere; counts of sequences that read no row are garbage.
 TEST_P(Serving, AcceptedCountsAtBothEndsAndPadSlots) {

@@ -1,0 +1,178 @@
+// CPU backend: the decode-shaped forward (cpu_plan.hpp, decode_shaped): the
+// engines' steps, a few tokens per sequence, each with its state rows.  NO
+// include guard: cpu_kernels.hpp includes it once per ISA namespace.
+//
+// Math: fwd_piece's and final_states' (cpu_kernels.hpp, cpu.cpp), per
+// sequence n and channel d, with s = S (or W-1 with num_accepted) entries of
+// u before x_n, u[pos] for pos < s the h0 entry at slot state_slot(n, base +
+// pos) (base = window_start(n) with num_accepted, else 0; zeros without a
+// row):
+//   pre[t] = bias + sum_{k<W-1} w[k] * u[s-(W-1)+t+k] + w[W-1] * x[t]
+//   y[t]   = act(pre[t]) + residual[t]                        t < L_n
+//   ht, slot final_slot(n, j) (j with num_accepted) = u[from + j],  j < E
+//   (E = final_entries(n), from = s + L_n - E).
+// The same vector operations in the same order as fwd_piece (the bias, taps
+// 0..W-2 on the window, the token itself, then the activation and the
+// residual) and the same element copies as final_states (raw bits: the
+// states have x's dtype), so a step gives the tile path's bits (cpu_test.cpp
+// DecodeKernelEqualsTheTilePath compares them).
+//
+// Ownership: a task is (d-tile, group of kDecodeGroup sequences); for each
+// sequence and vector of L channels of the d-tile it loads the W-1 window
+// entries, steps the tokens with the window in registers, then copies the E
+// state entries in ascending j.  Every h0 entry the vector's window needs is
+// read before its ht row is written, and ascending j reads entry base + from
+// + j (>= j) before ht[j] is written, final_states' rule: so ht may be h0's
+// own row (in-place pools, rings); distinct sequences' rows are distinct
+// (validated).
+//
+// Why a kernel of its own (bench/RESULTS.md, "Decode steps on the CPU
+// backend: where the time goes"): the tile path runs a piece per sequence with
+// its ring set-up, moves the W-1 window through the workspace halo in typed
+// copies of 64-channel blocks, writes the final states in a pass of their
+// own, and re-reads the d-tile's taps from L2 for every sequence.  Here the
+// window goes from the pool row to registers, the state entries are copied
+// while the vector's lines are in L1, and the d-tile's taps (tile_d * (W+1)
+// values) stay in L1 across the task's sequences.
+template <class XT>
+inline void copy_lanes(const XT* src, int64_t ss, XT* dst, int64_t ds, int64_t n) {
+  if (!src) {
+    for (int64_t i = 0; i < n; ++i) dst[i * ds] = XT{};  // +0 (all-zero bits)
+  } else if (ss == 1 && ds == 1) {
+    std::memcpy(static_cast<void*>(dst), static_cast<const void*>(src), size_t(n) * sizeof(XT));
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i * ds] = src[i * ss];
+  }
+}
+
+// One state element as A (the conversion O::load_x makes: exact for every pair here).
+template <class A, class XT>
+inline A to_acc(XT v) {
+  if constexpr (std::is_same_v<XT, bf16_t>) return A(bf16_to_f32(v.bits));
+  else if constexpr (std::is_same_v<XT, f16_t>) return A(f16_to_f32(v.bits));
+  else return A(v);
+}
+
+template <class O, int WT, class XT, class Act>
+void decode_task(const Ctx& c, int64_t task) {
+  static_assert(unscaled<O, Act>(), "the CPU kernels do not pre-scale weights");
+  static_assert(WT >= 1 && WT <= kMaxWClass, "the window lives in registers: W is a constant");
+  using V = typename O::V;
+  using A = typename O::A;
+  constexpr int L = O::L, W = WT, H = W - 1;
+  // fwd_piece's passes (RowPasses, cpu_kernels.hpp) over blocks of kBlock channels: the sums
+  // of every token into pre, then the activation, then (16-bit y) the rounding
+  constexpr bool kPasses = RowPasses<A, XT>::kFwd && Act::kId != SC_ACT_NONE;
+  constexpr bool kRound = RowPasses<A, XT>::kRoundPass;
+  constexpr int64_t kBlock = RowPasses<A, XT>::kMaxRow, kT = Tiling::kDecodeMaxTokens;
+  static_assert(kBlock % L == 0, "whole vectors per block");
+  alignas(64) A pre[kPasses ? kT * kBlock : 1];  // [token][channel of the block]
+  alignas(64) A wbuf[(H > 0 ? H : 1) * kBlock];    // [entry][channel of the block]: strided windows
+  const Plan& pl = *c.plan;
+  const Problem& p = *c.p;
+  const int64_t dt = task % pl.n_dtiles, group = task / pl.n_dtiles;
+  const int64_t d0 = dt * pl.tile_d, nd = std::min(d0 + pl.tile_d, p.D) - d0;
+  const int64_t n0 = group * Tiling::kDecodeGroup, n1 = std::min(n0 + Tiling::kDecodeGroup, p.N);
+  const A* wb = static_cast<const A*>(c.wT) + d0 * (W + 1);  // [Dp/L][W+1][L], from channel d0
+  const int64_t s = p.accepted ? H : p.S;                      // entries of u before x_n
+  // x, residual, y: [B, T, D] views (token and channel strides); h0, ht: [rows, D, S] (channel
+  // stride hsd / tsd; entries by slot)
+  const int64_t xst = p.x.stride[1], xsd = p.x.stride[2];
+  const int64_t yst = p.y.stride[1], ysd = p.y.stride[2];
+  const int64_t rst = p.residual.stride[1], rsd = p.residual.stride[2];
+  const int64_t hsd = p.h0.stride[1], tsd = p.ht.stride[1];
+  const XT* h0 = p.h0 ? p.h0.ptr<const XT>() : nullptr;
+  XT* ht = p.ht ? p.ht.ptr<XT>() : nullptr;
+  const bool contig = xsd == 1 && ysd == 1 && (!p.residual || rsd == 1);
+  for (int64_t n = n0; n < n1; ++n) {
+    const int64_t Ln = c.seqs.len(n), r0 = p.h0_row(n), r1 = p.ht_row(n);
+    const int64_t base = p.accepted && r0 >= 0 ? p.window_start(n) : 0;  // h0 entry of u[0]
+    // Per sequence, element offsets at channel d0: the window's entries in h0 (-1: zeros),
+    // then each final-state entry's source (x: token offset, h0: entry offset; -1: zeros)
+    // and its slot in ht.
+    int64_t win[H > 0 ? H : 1];
+    for (int i = 0; i < H; ++i)
+      win[i] = r0 >= 0 ? p.h0.off(r0, d0, p.state_slot(n, base + s - H + i)) : -1;
+    const int64_t E = r1 >= 0 ? p.final_entries(n) : 0, from = s + Ln - E;
+    int64_t src[Tiling::kDecodeMaxEntries], dst[Tiling::kDecodeMaxEntries];
+    bool from_x[Tiling::kDecodeMaxEntries];
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t pos = from + e;
+      from_x[e] = pos >= s;
+      src[e] = from_x[e] ? (pos - s) * xst : r0 >= 0 ? p.h0.off(r0, d0, p.state_slot(n, base + pos)) : -1;
+      dst[e] = p.ht.off(r1, d0, p.accepted ? e : p.final_slot(n, e));
+    }
+    const XT* x_ = p.x.ptr<const XT>() + c.seqs.base(p.x, n) + d0 * xsd;  // token 0, channel d0
+    XT* y_ = p.y.ptr<XT>() + c.seqs.base(p.y, n) + d0 * ysd;
+    const XT* r_ = p.residual ? p.residual.ptr<const XT>() + c.seqs.base(p.residual, n) + d0 * rsd : nullptr;
+    // The window of channels j.. (a vector's) from its h0 entries, or zeros; entries of
+    // strided channels ([P, D, S] rows) come from the block's copy in wbuf.
+    const bool gather = hsd != 1 && r0 >= 0;
+    auto window = [&](int64_t j, int nl, V (&u)[H > 0 ? H : 1], int64_t b0) {
+      for (int i = 0; i < H; ++i)
+        u[i] = r0 < 0 ? O::zero()
+               : gather ? O::load(wbuf + i * kBlock + (j - b0))
+                        : load_lanes<O>(h0 + win[i] + j, 1, nl);
+    };
+    // pre of token t from the window u (then slid onto x[t])
+    auto sums = [&](const A* wv, V (&u)[H > 0 ? H : 1], V xv) {
+      V acc = O::load(wv + W * L);  // bias
+      for (int k = 0; k < H; ++k) acc = O::fma(O::load(wv + k * L), u[k], acc);
+      acc = O::fma(O::load(wv + H * L), xv, acc);
+      for (int k = 0; k + 1 < H; ++k) u[k] = u[k + 1];
+      if constexpr (H > 0) u[H - 1] = xv;
+      return acc;
+    };
+    for (int64_t b0 = 0; b0 < nd; b0 += kBlock) {  // channels [b0, b1) of the d-tile
+      const int64_t b1 = std::min(b0 + kBlock, nd);
+      if (gather) {  // the window entries of strided channels, converted once per block
+        const int64_t nb = (b1 - b0 + L - 1) / L * L;  // (whole vectors: zeros past b1)
+        for (int i = 0; i < H; ++i) {
+          const XT* hp = h0 + win[i] + b0 * hsd;
+          A* wp = wbuf + i * kBlock;
+          for (int64_t d = 0; d < b1 - b0; ++d) wp[d] = to_acc<A>(hp[d * hsd]);
+          std::fill(wp + (b1 - b0), wp + nb, A(0));
+        }
+      }
+      int64_t j = b0;
+      if constexpr (kPasses) {  // the full vectors
+        const int64_t jf = contig ? b0 + (b1 - b0) / L * L : b0;
+        for (; j < jf; j += L) {
+          const A* wv = wb + (j / L) * (W + 1) * L;
+          V u[H > 0 ? H : 1];
+          window(j, L, u, b0);
+          for (int64_t t = 0; t < Ln; ++t) O::store(pre + t * kBlock + (j - b0), sums(wv, u, O::load_x(x_ + t * xst + j)));
+        }
+        for (int64_t t = 0; t < Ln; ++t) {
+          A* pt = pre + t * kBlock - b0;
+          XT* yt = y_ + t * yst;
+          const XT* rt = r_ ? r_ + t * rst : nullptr;
+          for (int64_t i = b0; i < jf; i += L) {
+            V out = Act::template value<O>(O::load(pt + i));
+            if (rt) out = out + O::load_x(rt + i);
+            if constexpr (kRound) O::store(pt + i, out);
+            else O::store_x(yt + i, out);
+          }
+          if constexpr (kRound)
+            for (int64_t i = b0; i < jf; i += L) O::store_x(yt + i, O::load(pt + i));
+        }
+      }
+      for (; j < b1; j += L) {  // one loop per vector: the rest
+        const int nl = int(std::min<int64_t>(L, b1 - j));
+        const A* wv = wb + (j / L) * (W + 1) * L;
+        V u[H > 0 ? H : 1];
+        window(j, nl, u, b0);
+        for (int64_t t = 0; t < Ln; ++t) {
+          V out = Act::template value<O>(sums(wv, u, load_lanes<O>(x_ + t * xst + j * xsd, xsd, nl)));
+          if (r_) out = out + load_lanes<O>(r_ + t * rst + j * rsd, rsd, nl);
+          store_lanes<O>(y_ + t * yst + j * ysd, ysd, nl, out);
+        }
+      }
+      // the block's state entries, after its windows were read; ascending: final_states' order
+      for (int64_t e = 0; e < E; ++e) {
+        const XT* sp = from_x[e] ? x_ + src[e] + b0 * xsd : src[e] >= 0 ? h0 + src[e] + b0 * hsd : nullptr;
+        copy_lanes(sp, from_x[e] ? xsd : hsd, ht + dst[e] + b0 * tsd, tsd, b1 - b0);
+      }
+    }
+  }
+}
