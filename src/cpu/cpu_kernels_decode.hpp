@@ -102,6 +102,12 @@ void decode_task(const Ctx& c, int64_t task) {
       src[e] = from_x[e] ? (pos - s) * xst : r0 >= 0 ? p.h0.off(r0, d0, p.state_slot(n, base + pos)) : -1;
       dst[e] = p.ht.off(r1, d0, p.accepted ? e : p.final_slot(n, e));
     }
+    // [P, D, S] rows (entries adjacent, channels S apart, in order) of a plain step (no accepted
+    // counts or rings) with a row to read: the new row block is the old one moved by L_n entries
+    // (as bits, across channels), then each channel's last L_n entries are x's (src[0]: entry L_n)
+    const bool shift = E > 0 && E == p.S && Ln <= p.S && r0 >= 0 && !p.accepted && !p.ring &&
+                       hsd == p.S && tsd == p.S && p.h0.stride[2] == 1 && p.ht.stride[2] == 1 &&
+                       (Ln == 0 || !from_x[0]);
     const XT* x_ = p.x.ptr<const XT>() + c.seqs.base(p.x, n) + d0 * xsd;  // token 0, channel d0
     XT* y_ = p.y.ptr<XT>() + c.seqs.base(p.y, n) + d0 * ysd;
     const XT* r_ = p.residual ? p.residual.ptr<const XT>() + c.seqs.base(p.residual, n) + d0 * rsd : nullptr;
@@ -168,7 +174,19 @@ void decode_task(const Ctx& c, int64_t task) {
           store_lanes<O>(y_ + t * yst + j * ysd, ysd, nl, out);
         }
       }
-      // the block's state entries, after its windows were read; ascending: final_states' order
+      // the block's state entries, after its windows were read
+      if (shift) {  // [P, D, S] rows: the block's entries moved by L_n, then x's into each channel's last
+        const int64_t m = (b1 - b0) * p.S;
+        XT* out = ht + dst[0] + b0 * tsd;
+        std::memmove(static_cast<void*>(out), static_cast<const void*>(h0 + src[0] + b0 * hsd), size_t(m - Ln) * sizeof(XT));
+        for (int64_t t = 0; t < Ln; ++t) {
+          const XT* xt = x_ + t * xst + b0 * xsd;
+          XT* ot = out + (p.S - Ln + t);
+          for (int64_t d = 0; d < b1 - b0; ++d) ot[d * p.S] = xt[d * xsd];
+        }
+        continue;
+      }
+      // ascending: final_states' order
       for (int64_t e = 0; e < E; ++e) {
         const XT* sp = from_x[e] ? x_ + src[e] + b0 * xsd : src[e] >= 0 ? h0 + src[e] + b0 * hsd : nullptr;
         copy_lanes(sp, from_x[e] ? xsd : hsd, ht + dst[e] + b0 * tsd, tsd, b1 - b0);
