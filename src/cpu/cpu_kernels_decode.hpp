@@ -84,7 +84,39 @@ void decode_task(const Ctx& c, int64_t task) {
   const XT* h0 = p.h0 ? p.h0.ptr<const XT>() : nullptr;
   XT* ht = p.ht ? p.ht.ptr<XT>() : nullptr;
   const bool contig = xsd == 1 && ysd == 1 && (!p.residual || rsd == 1);
+  // Software prefetch of sequence m's lines of the d-tile (its x and y rows, its state rows),
+  // issued while the sequence before it computes: a task touches a 512-byte piece of each of
+  // a sequence's rows, too little for the hardware prefetchers, which stop at page boundaries
+  // (fwd_piece's prefetch kPrefetchRows rows ahead, cpu_kernels.hpp, does the same for the tiles).
+  const int64_t es = int64_t(sizeof(XT)), piece = nd * es;
+  auto prefetch_lines = [](const void* at, int64_t bytes, int write) {
+    const char* c0 = static_cast<const char*>(at);
+    for (int64_t b = 0; b < bytes; b += 64) {
+      if (write) __builtin_prefetch(c0 + b, 1, 3);
+      else __builtin_prefetch(c0 + b, 0, 3);
+    }
+  };
+  auto prefetch_state = [&](const View& v, int64_t row, int write) {
+    if (row < 0) return;
+    if (v.stride[1] == 1)  // entry rows with adjacent channels
+      for (int64_t e = 0; e < p.S; ++e) prefetch_lines(static_cast<const char*>(v.data) + v.off(row, d0, e) * es, piece, write);
+    else if (v.stride[2] == 1 && v.stride[1] == p.S)  // [P, D, S] rows: one block
+      prefetch_lines(static_cast<const char*>(v.data) + v.off(row, d0, 0) * es, piece * p.S, write);
+  };
+  auto prefetch_seq = [&](int64_t m) {
+    if (m >= p.N) return;
+    const int64_t Lm = c.seqs.len(m);
+    if (contig)
+      for (int64_t t = 0; t < Lm; ++t) {
+        prefetch_lines(p.x.ptr<const XT>() + c.seqs.base(p.x, m) + t * xst + d0, piece, 0);
+        prefetch_lines(p.y.ptr<const XT>() + c.seqs.base(p.y, m) + t * yst + d0, piece, 1);
+      }
+    const int64_t r0m = p.h0_row(m), r1m = p.ht_row(m);
+    prefetch_state(p.h0, r0m, 0);
+    if (!(p.state_in_place && r1m == r0m)) prefetch_state(p.ht, r1m, 1);
+  };
   for (int64_t n = n0; n < n1; ++n) {
+    prefetch_seq(n + 1);
     const int64_t Ln = c.seqs.len(n), r0 = p.h0_row(n), r1 = p.ht_row(n);
     const int64_t base = p.accepted && r0 >= 0 ? p.window_start(n) : 0;  // h0 entry of u[0]
     // Per sequence, element offsets at channel d0: the window's entries in h0 (-1: zeros),
