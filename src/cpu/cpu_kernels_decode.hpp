@@ -15,16 +15,19 @@
 // 0..W-2 on the window, the token itself, then the activation and the
 // residual) and the same element copies as final_states (raw bits: the
 // states have x's dtype), so a step gives the tile path's bits (cpu_test.cpp
-// DecodeKernelEqualsTheTilePath compares them).
+// Serving.DecodeStepsEqualTheTiledForward, serving_test.cpp, compares them).
 //
-// Ownership: a task is (d-tile, group of kDecodeGroup sequences); for each
-// sequence and vector of L channels of the d-tile it loads the W-1 window
-// entries, steps the tokens with the window in registers, then copies the E
-// state entries in ascending j.  Every h0 entry the vector's window needs is
-// read before its ht row is written, and ascending j reads entry base + from
-// + j (>= j) before ht[j] is written, final_states' rule: so ht may be h0's
-// own row (in-place pools, rings); distinct sequences' rows are distinct
-// (validated).
+// Ownership: a task is (d-tile, group of kDecodeGroup sequences).  For each
+// sequence it prefetches the next one's lines of the d-tile, then walks the
+// d-tile in blocks of RowPasses::kMaxRow channels: each vector's W-1 window
+// entries into registers ([P, D, S] rows: the block's entries converted into
+// wbuf first), every token's sums into pre, the activation and rounding
+// passes into y, and only then the block's E state entries, in ascending j
+// (or, for [P, D, S] rows rewritten whole, one memmove of the block and x's
+// entries).  Every h0 entry the block's windows need is read before its ht
+// row is written, and ascending j reads entry base + from + j (>= j) before
+// ht[j] is written, final_states' rule: so ht may be h0's own row (in-place
+// pools, rings); distinct sequences' rows are distinct (validated).
 //
 // Why a kernel of its own (bench/RESULTS.md, "Decode steps on the CPU
 // backend: where the time goes"): the tile path runs a piece per sequence with
@@ -32,7 +35,7 @@
 // copies of 64-channel blocks, writes the final states in a pass of their
 // own, and re-reads the d-tile's taps from L2 for every sequence.  Here the
 // window goes from the pool row to registers, the state entries are copied
-// while the vector's lines are in L1, and the d-tile's taps (tile_d * (W+1)
+// while the block's lines are in L1, and the d-tile's taps (tile_d * (W+1)
 // values) stay in L1 across the task's sequences.
 template <class XT>
 inline void copy_lanes(const XT* src, int64_t ss, XT* dst, int64_t ds, int64_t n) {
@@ -134,12 +137,14 @@ void decode_task(const Ctx& c, int64_t task) {
       src[e] = from_x[e] ? (pos - s) * xst : r0 >= 0 ? p.h0.off(r0, d0, p.state_slot(n, base + pos)) : -1;
       dst[e] = p.ht.off(r1, d0, p.accepted ? e : p.final_slot(n, e));
     }
-    // [P, D, S] rows (entries adjacent, channels S apart, in order) of a plain step (no accepted
-    // counts or rings) with a row to read: the new row block is the old one moved by L_n entries
-    // (as bits, across channels), then each channel's last L_n entries are x's (src[0]: entry L_n)
-    const bool shift = E > 0 && E == p.S && Ln <= p.S && r0 >= 0 && !p.accepted && !p.ring &&
-                       hsd == p.S && tsd == p.S && p.h0.stride[2] == 1 && p.ht.stride[2] == 1 &&
-                       (Ln == 0 || !from_x[0]);
+    // [P, D, S] rows (entries adjacent, channels S apart, in order; no rings) rewritten whole
+    // (E = S) from a row: entry j is h0 entry sh + j for j < S - L_n (sh = base + from: L_n in a
+    // plain step, the accepted count in a speculative one), then x's tokens.  So the new row
+    // block is the old one moved by sh entries (as bits, across channels; the entries that
+    // cross into the next channel are x's positions, sh <= L_n), then x's entries.
+    const int64_t sh = base + from;
+    const bool shift = E > 0 && E == p.S && Ln < p.S && sh <= Ln && r0 >= 0 && !p.ring &&
+                       hsd == p.S && tsd == p.S && p.h0.stride[2] == 1 && p.ht.stride[2] == 1 && !from_x[0];
     const XT* x_ = p.x.ptr<const XT>() + c.seqs.base(p.x, n) + d0 * xsd;  // token 0, channel d0
     XT* y_ = p.y.ptr<XT>() + c.seqs.base(p.y, n) + d0 * ysd;
     const XT* r_ = p.residual ? p.residual.ptr<const XT>() + c.seqs.base(p.residual, n) + d0 * rsd : nullptr;
@@ -207,10 +212,10 @@ void decode_task(const Ctx& c, int64_t task) {
         }
       }
       // the block's state entries, after its windows were read
-      if (shift) {  // [P, D, S] rows: the block's entries moved by L_n, then x's into each channel's last
+      if (shift) {  // [P, D, S] rows: the block's entries moved by sh, then x's into each channel's last
         const int64_t m = (b1 - b0) * p.S;
         XT* out = ht + dst[0] + b0 * tsd;
-        std::memmove(static_cast<void*>(out), static_cast<const void*>(h0 + src[0] + b0 * hsd), size_t(m - Ln) * sizeof(XT));
+        std::memmove(static_cast<void*>(out), static_cast<const void*>(h0 + src[0] + b0 * hsd), size_t(m - sh) * sizeof(XT));
         for (int64_t t = 0; t < Ln; ++t) {
           const XT* xt = x_ + t * xst + b0 * xsd;
           XT* ot = out + (p.S - Ln + t);
