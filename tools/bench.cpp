@@ -114,7 +114,9 @@ void usage(FILE* f) {
                "  --residual      with --shape: the forward adds a residual\n"
                "  --dtype D       bf16, fp16, fp32, fp64 or all (default: bf16 and fp32)\n"
                "  --width W       convolution width (default 4)\n"
-               "  --layout L      token (default) or channel (channel-major [B, D, T])\n"
+               "  --layout L      token (default) or channel (channel-major [B, D, T]; with\n"
+               "                  --decode: x and y of the steps [B, D, T], vLLM's speculative\n"
+               "                  (batch, dim, seqlen) input)\n"
                "  --activation A  silu (default) or identity: identity leaves the activation's\n"
                "                  arithmetic out, to see how much of a row's time it takes\n"
                "  --reps N        timed repetitions at least (default %d on the host, %d on a GPU)\n"
@@ -458,6 +460,8 @@ DecodeSettings decode_settings(const Options& opt, const Settings& st) {
   d.reps = st.reps;
   std::vector<sc_dtype> dts;
   if (opt.has("--dtype") && parse_dtype(opt.get("--dtype", ""), &dts)) d.dtype = dts.front();
+  const std::string lname = opt.get("--layout", "token");  // (checked by parse_settings)
+  d.channel_first = lname == "channel" || lname == "channel-major";
   d.shapes = default_decode_shapes();
   return d;
 }

@@ -55,8 +55,9 @@ constexpr int kDecodeGraphCalls = 100;  // calls per captured graph (the issue's
 constexpr int kDecodeMaxCopies = 4;     // buffer copies rotated (each holds a whole pool)
 constexpr int64_t kPadEvery = 8;        // slot n is padded when n % kPadEvery == kPadEvery - 1
 
-Case decode_case(const DecodeShape& s, sc_dtype dt, int threads) {
+Case decode_case(const DecodeShape& s, sc_dtype dt, bool channel_first, int threads) {
   Case c;
+  if (channel_first) c.layout = harness::Layout::channel_major;
   c.W = kDecodeW;
   c.S = s.T == 1 ? kDecodeW - 1 : int(kDecodeW - 2 + s.T);
   c.act = SC_ACT_SILU;
@@ -97,7 +98,7 @@ DecodeResult bench_case(const DecodeShape& s, const DecodeSettings& st, const Ti
   DecodeResult r;
   r.shape = s;
   r.dtype = st.dtype;
-  const Case c = decode_case(s, st.dtype, st.threads);
+  const Case c = decode_case(s, st.dtype, st.channel_first, st.threads);
   r.bytes = floor_bytes(c);
   const auto ps = rotating_copies(c, r.bytes, pol.rotate_bytes, kDecodeMaxCopies, st.backend,
                                   clock.stream(), &r.error);
@@ -130,7 +131,7 @@ DecodeResult bench_case(const DecodeShape& s, const DecodeSettings& st, const Ti
 // step before not to write this step's rows: consecutive calls run on other
 // copies (each with its own pool), so it is timed with two or more.
 void bench_overlap(DecodeResult* r, const DecodeSettings& st, const Timing& pol, const Clock& clock) {
-  const Case c = decode_case(r->shape, st.dtype, st.threads);
+  const Case c = decode_case(r->shape, st.dtype, st.channel_first, st.threads);
   std::string msg;
   const auto ps = rotating_copies(c, r->bytes, pol.rotate_bytes, kDecodeMaxCopies, st.backend,
                                   clock.stream(), &msg);
@@ -171,6 +172,7 @@ std::vector<DecodeShape> default_decode_shapes() {
 DecodeRun bench_decode(const DecodeSettings& st, const Timing& pol, const Clock& clock,
                        const std::function<void(const DecodeRun&)>& each) {
   DecodeRun run;
+  run.channel_first = st.channel_first;
 #ifdef SHORTCONV_WITH_CUDA
   if (st.device) {
     std::string msg;
@@ -221,8 +223,9 @@ DecodeRun bench_decode(const DecodeSettings& st, const Timing& pol, const Clock&
 
 void print_decode_header(const DecodeSettings& st, double copy_GBps, const DecodeRun& run) {
   std::printf("\ndecode steps — W=%d SiLU bias, pool of %lld rows updated in place, every %lldth "
-              "slot padded; %s\n",
+              "slot padded, x and y %s; %s\n",
               kDecodeW, (long long)kDecodePool, (long long)kPadEvery,
+              st.channel_first ? "channel-first [B, D, T]" : "token-major [B, T, D]",
               st.device ? "GPU time per step from CUDA-graph replays" : "steady_clock, median");
   std::printf("floor = (x + y + state entries read and written) / copy bandwidth %.1f GB/s",
               copy_GBps);
@@ -285,7 +288,8 @@ void print_decode_copies(const DecodeRun& run, double copy_GBps) {
 }
 
 std::string decode_json(const DecodeRun& run, double copy_GBps) {
-  std::string s = "\"empty_kernel_us\": " + json_num(run.empty_us) +
+  std::string s = "\"decode_x_layout\": " + json_str(run.channel_first ? "channel-first" : "token-major") +
+                  ", \"empty_kernel_us\": " + json_num(run.empty_us) +
                   ", \"empty_kernel_call_us\": " + json_num(run.empty_call_us) +
                   ", \"round_trip_us\": " + json_num(run.trip_us) +
                   ", \"index_round_trip_us\": " + json_num(run.index_trip_us) +

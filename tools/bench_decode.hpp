@@ -24,6 +24,7 @@ struct DecodeSettings {
   int threads = 0;
   int64_t reps = 0;
   sc_dtype dtype = SC_BF16;
+  bool channel_first = false;  // x and y stored [B, D, T] (vLLM's (batch, dim, seqlen)), else [B, T, D]
   std::vector<DecodeShape> shapes;
 };
 
@@ -42,6 +43,7 @@ struct DecodeResult {
 };
 
 struct DecodeRun {
+  bool channel_first = false;                  // the settings' x and y layout
   double empty_us = NAN, empty_call_us = NAN;  // an empty kernel: graph-timed, eager (GPU only)
   double trip_us = NAN, index_trip_us = NAN;   // graph-timed: one round trip; an index, then a load
   double index_trip_args_us = NAN;             // the same with an argument block of the library's size
@@ -66,7 +68,7 @@ void print_decode_row(const DecodeResult& r, const DecodeSettings& st, double co
 void print_decode_overlap(const DecodeRun& run, double copy_GBps);
 // The copy references of a device run (copy_us per case), one table.
 void print_decode_copies(const DecodeRun& run, double copy_GBps);
-// `"empty_kernel_us": ..., "empty_kernel_call_us": ..., "round_trip_us": ...,
+// `"decode_x_layout": "token-major" | "channel-first", "empty_kernel_us": ..., "empty_kernel_call_us": ..., "round_trip_us": ...,
 // "index_round_trip_us": ..., "index_round_trip_args_us": ..., "index_round_trip_spread_us": ...,
 // "launch_host_us": ..., "launch_host_args_us": ..., "empty_kernel_overlap_us": ...,
 // "index_round_trip_overlap_us": ..., "ahead_round_trip_overlap_us": ..., "decode": [...]`

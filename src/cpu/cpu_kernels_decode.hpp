@@ -24,7 +24,12 @@
 // wbuf first), every token's sums into pre, the activation and rounding
 // passes into y, and only then the block's E state entries, in ascending j
 // (or, for [P, D, S] rows rewritten whole, one memmove of the block and x's
-// entries).  Every h0 entry the block's windows need is read before its ht
+// entries).  x, y or a residual whose channels are not adjacent (channel-first
+// views, time axis contiguous: vLLM's speculative (batch, dim, seqlen) x) go
+// through [token][channel] copies of the block (xs, rs, ys), so the passes
+// read and write whole vectors: the time-vectorised tiles these calls took
+// before spent most of a step on vectors of 1-5 tokens (this VM, bf16, D =
+// 4096, 1+3 tokens, batch 64: 8.5 ms against 0.56 for token-major x).  Every h0 entry the block's windows need is read before its ht
 // row is written, and ascending j reads entry base + from + j (>= j) before
 // ht[j] is written, final_states' rule: so ht may be h0's own row (in-place
 // pools, rings); distinct sequences' rows are distinct (validated).
@@ -71,6 +76,9 @@ void decode_task(const Ctx& c, int64_t task) {
   static_assert(kBlock % L == 0, "whole vectors per block");
   alignas(64) A pre[kPasses ? kT * kBlock : 1];  // [token][channel of the block]
   alignas(64) A wbuf[(H > 0 ? H : 1) * kBlock];    // [entry][channel of the block]: strided windows
+  // x, y and the residual of a block staged [token][channel of the block] when their channel
+  // stride is not 1 (channel-first views: vLLM's speculative (batch, dim, seqlen) x), as bits
+  alignas(64) XT xs[kT * kBlock], ys[kT * kBlock], rs[kT * kBlock];
   const Plan& pl = *c.plan;
   const Problem& p = *c.p;
   const int64_t dt = task % pl.n_dtiles, group = task / pl.n_dtiles;
@@ -86,7 +94,7 @@ void decode_task(const Ctx& c, int64_t task) {
   const int64_t hsd = p.h0.stride[1], tsd = p.ht.stride[1];
   const XT* h0 = p.h0 ? p.h0.ptr<const XT>() : nullptr;
   XT* ht = p.ht ? p.ht.ptr<XT>() : nullptr;
-  const bool contig = xsd == 1 && ysd == 1 && (!p.residual || rsd == 1);
+  const bool stage_x = xsd != 1, stage_y = ysd != 1, stage_r = p.residual && rsd != 1;
   // Software prefetch of sequence m's lines of the d-tile (its x and y rows, its state rows),
   // issued while the sequence before it computes: a task touches a 512-byte piece of each of
   // a sequence's rows, too little for the hardware prefetchers, which stop at page boundaries
@@ -106,24 +114,42 @@ void decode_task(const Ctx& c, int64_t task) {
     else if (v.stride[2] == 1 && v.stride[1] == p.S)  // [P, D, S] rows: one block
       prefetch_lines(static_cast<const char*>(v.data) + v.off(row, d0, 0) * es, piece * p.S, write);
   };
+  // sequence m's tokens of the d-tile in x or y: rows of adjacent channels, or (time axis
+  // contiguous, channel-first) one span of nd channels of Lm tokens
+  auto prefetch_io = [&](const View& v, int64_t m, int64_t Lm, int write) {
+    const int64_t st = v.stride[1], sd = v.stride[2];
+    const char* at = static_cast<const char*>(v.data) + (c.seqs.base(v, m) + d0 * sd) * es;
+    if (sd == 1)
+      for (int64_t t = 0; t < Lm; ++t) prefetch_lines(at + t * st * es, piece, write);
+    else if (st == 1 && Lm > 0 && sd <= 2 * Lm)
+      prefetch_lines(at, ((nd - 1) * sd + Lm) * es, write);
+  };
   auto prefetch_seq = [&](int64_t m) {
     if (m >= p.N) return;
     const int64_t Lm = c.seqs.len(m);
-    if (contig)
-      for (int64_t t = 0; t < Lm; ++t) {
-        prefetch_lines(p.x.ptr<const XT>() + c.seqs.base(p.x, m) + t * xst + d0, piece, 0);
-        prefetch_lines(p.y.ptr<const XT>() + c.seqs.base(p.y, m) + t * yst + d0, piece, 1);
-      }
+    prefetch_io(p.x, m, Lm, 0);
+    prefetch_io(p.y, m, Lm, 1);
     const int64_t r0m = p.h0_row(m), r1m = p.ht_row(m);
     prefetch_state(p.h0, r0m, 0);
     if (!(p.state_in_place && r1m == r0m)) prefetch_state(p.ht, r1m, 1);
+  };
+  // Copies an [Ln][nb] block from (token, channel) strides (st, sd) to (dt_, dd), as bits,
+  // walking whichever axis is adjacent in the source.
+  auto stage = [](const XT* from, int64_t st, int64_t sd, XT* to, int64_t dt_, int64_t dd, int64_t nt,
+                  int64_t nc) {
+    if (st == 1)
+      for (int64_t d = 0; d < nc; ++d)
+        for (int64_t t = 0; t < nt; ++t) to[t * dt_ + d * dd] = from[t + d * sd];
+    else
+      for (int64_t t = 0; t < nt; ++t)
+        for (int64_t d = 0; d < nc; ++d) to[t * dt_ + d * dd] = from[t * st + d * sd];
   };
   for (int64_t n = n0; n < n1; ++n) {
     prefetch_seq(n + 1);
     const int64_t Ln = c.seqs.len(n), r0 = p.h0_row(n), r1 = p.ht_row(n);
     const int64_t base = p.accepted && r0 >= 0 ? p.window_start(n) : 0;  // h0 entry of u[0]
     // Per sequence, element offsets at channel d0: the window's entries in h0 (-1: zeros),
-    // then each final-state entry's source (x: token offset, h0: entry offset; -1: zeros)
+    // then each final-state entry's source (x: its token, h0: entry offset; -1: zeros)
     // and its slot in ht.
     int64_t win[H > 0 ? H : 1];
     for (int i = 0; i < H; ++i)
@@ -134,7 +160,7 @@ void decode_task(const Ctx& c, int64_t task) {
     for (int64_t e = 0; e < E; ++e) {
       const int64_t pos = from + e;
       from_x[e] = pos >= s;
-      src[e] = from_x[e] ? (pos - s) * xst : r0 >= 0 ? p.h0.off(r0, d0, p.state_slot(n, base + pos)) : -1;
+      src[e] = from_x[e] ? pos - s : r0 >= 0 ? p.h0.off(r0, d0, p.state_slot(n, base + pos)) : -1;
       dst[e] = p.ht.off(r1, d0, p.accepted ? e : p.final_slot(n, e));
     }
     // [P, D, S] rows (entries adjacent, channels S apart, in order; no rings) rewritten whole
@@ -167,66 +193,77 @@ void decode_task(const Ctx& c, int64_t task) {
       return acc;
     };
     for (int64_t b0 = 0; b0 < nd; b0 += kBlock) {  // channels [b0, b1) of the d-tile
-      const int64_t b1 = std::min(b0 + kBlock, nd);
+      const int64_t b1 = std::min(b0 + kBlock, nd), nb = b1 - b0;
       if (gather) {  // the window entries of strided channels, converted once per block
-        const int64_t nb = (b1 - b0 + L - 1) / L * L;  // (whole vectors: zeros past b1)
+        const int64_t nv = (nb + L - 1) / L * L;  // (whole vectors: zeros past b1)
         for (int i = 0; i < H; ++i) {
           const XT* hp = h0 + win[i] + b0 * hsd;
           A* wp = wbuf + i * kBlock;
-          for (int64_t d = 0; d < b1 - b0; ++d) wp[d] = to_acc<A>(hp[d * hsd]);
-          std::fill(wp + (b1 - b0), wp + nb, A(0));
+          for (int64_t d = 0; d < nb; ++d) wp[d] = to_acc<A>(hp[d * hsd]);
+          std::fill(wp + nb, wp + nv, A(0));
         }
       }
-      int64_t j = b0;
-      if constexpr (kPasses) {  // the full vectors
-        const int64_t jf = contig ? b0 + (b1 - b0) / L * L : b0;
+      // The block's x, residual and y as [token][channel] views from channel b0 (token and
+      // channel strides): the tensors' own, or the staging buffers' (kBlock, 1).
+      const XT* xb = stage_x ? xs : x_ + b0 * xsd;
+      const int64_t xbt = stage_x ? kBlock : xst, xbd = stage_x ? 1 : xsd;
+      const XT* rb = stage_r ? rs : r_ ? r_ + b0 * rsd : nullptr;
+      const int64_t rbt = stage_r ? kBlock : rst, rbd = stage_r ? 1 : rsd;
+      XT* yb = stage_y ? ys : y_ + b0 * ysd;
+      const int64_t ybt = stage_y ? kBlock : yst, ybd = stage_y ? 1 : ysd;
+      if (stage_x) stage(x_ + b0 * xsd, xst, xsd, xs, kBlock, 1, Ln, nb);
+      if (stage_r) stage(r_ + b0 * rsd, rst, rsd, rs, kBlock, 1, Ln, nb);
+      int64_t j = 0;  // (channels of the block from here on)
+      if constexpr (kPasses) {  // the full vectors (every view has adjacent channels now)
+        const int64_t jf = nb / L * L;
         for (; j < jf; j += L) {
-          const A* wv = wb + (j / L) * (W + 1) * L;
+          const A* wv = wb + ((b0 + j) / L) * (W + 1) * L;
           V u[H > 0 ? H : 1];
-          window(j, L, u, b0);
-          for (int64_t t = 0; t < Ln; ++t) O::store(pre + t * kBlock + (j - b0), sums(wv, u, O::load_x(x_ + t * xst + j)));
+          window(b0 + j, L, u, b0);
+          for (int64_t t = 0; t < Ln; ++t) O::store(pre + t * kBlock + j, sums(wv, u, O::load_x(xb + t * xbt + j)));
         }
         for (int64_t t = 0; t < Ln; ++t) {
-          A* pt = pre + t * kBlock - b0;
-          XT* yt = y_ + t * yst;
-          const XT* rt = r_ ? r_ + t * rst : nullptr;
-          for (int64_t i = b0; i < jf; i += L) {
+          A* pt = pre + t * kBlock;
+          XT* yt = yb + t * ybt;
+          const XT* rt = rb ? rb + t * rbt : nullptr;
+          for (int64_t i = 0; i < jf; i += L) {
             V out = Act::template value<O>(O::load(pt + i));
             if (rt) out = out + O::load_x(rt + i);
             if constexpr (kRound) O::store(pt + i, out);
             else O::store_x(yt + i, out);
           }
           if constexpr (kRound)
-            for (int64_t i = b0; i < jf; i += L) O::store_x(yt + i, O::load(pt + i));
+            for (int64_t i = 0; i < jf; i += L) O::store_x(yt + i, O::load(pt + i));
         }
       }
-      for (; j < b1; j += L) {  // one loop per vector: the rest
-        const int nl = int(std::min<int64_t>(L, b1 - j));
-        const A* wv = wb + (j / L) * (W + 1) * L;
+      for (; j < nb; j += L) {  // one loop per vector: the rest
+        const int nl = int(std::min<int64_t>(L, nb - j));
+        const A* wv = wb + ((b0 + j) / L) * (W + 1) * L;
         V u[H > 0 ? H : 1];
-        window(j, nl, u, b0);
+        window(b0 + j, nl, u, b0);
         for (int64_t t = 0; t < Ln; ++t) {
-          V out = Act::template value<O>(sums(wv, u, load_lanes<O>(x_ + t * xst + j * xsd, xsd, nl)));
-          if (r_) out = out + load_lanes<O>(r_ + t * rst + j * rsd, rsd, nl);
-          store_lanes<O>(y_ + t * yst + j * ysd, ysd, nl, out);
+          V out = Act::template value<O>(sums(wv, u, load_lanes<O>(xb + t * xbt + j * xbd, xbd, nl)));
+          if (rb) out = out + load_lanes<O>(rb + t * rbt + j * rbd, rbd, nl);
+          store_lanes<O>(yb + t * ybt + j * ybd, ybd, nl, out);
         }
       }
+      if (stage_y) stage(ys, kBlock, 1, y_ + b0 * ysd, yst, ysd, Ln, nb);
       // the block's state entries, after its windows were read
       if (shift) {  // [P, D, S] rows: the block's entries moved by sh, then x's into each channel's last
-        const int64_t m = (b1 - b0) * p.S;
+        const int64_t m = nb * p.S;
         XT* out = ht + dst[0] + b0 * tsd;
         std::memmove(static_cast<void*>(out), static_cast<const void*>(h0 + src[0] + b0 * hsd), size_t(m - sh) * sizeof(XT));
         for (int64_t t = 0; t < Ln; ++t) {
-          const XT* xt = x_ + t * xst + b0 * xsd;
+          const XT* xt = xb + t * xbt;
           XT* ot = out + (p.S - Ln + t);
-          for (int64_t d = 0; d < b1 - b0; ++d) ot[d * p.S] = xt[d * xsd];
+          for (int64_t d = 0; d < nb; ++d) ot[d * p.S] = xt[d * xbd];
         }
         continue;
       }
       // ascending: final_states' order
       for (int64_t e = 0; e < E; ++e) {
-        const XT* sp = from_x[e] ? x_ + src[e] + b0 * xsd : src[e] >= 0 ? h0 + src[e] + b0 * hsd : nullptr;
-        copy_lanes(sp, from_x[e] ? xsd : hsd, ht + dst[e] + b0 * tsd, tsd, b1 - b0);
+        const XT* sp = from_x[e] ? xb + src[e] * xbt : src[e] >= 0 ? h0 + src[e] + b0 * hsd : nullptr;
+        copy_lanes(sp, from_x[e] ? xbd : hsd, ht + dst[e] + b0 * tsd, tsd, nb);
       }
     }
   }

@@ -160,12 +160,10 @@ inline bool short_sequences(const Problem& p) {
 // the tiles, so the sweeps test both paths on decode shapes), W with a
 // register window, states of x's dtype (their entries are copied as bits), and
 // none of the rules it does not implement (seq_idx runs, tree drafts, prefix
-// caching's snapshots).  A channel-first x of several tokens (time axis
-// contiguous: vLLM's speculative (batch, dim, seqlen) input) keeps the
-// time-vectorised tiles, which read it as it lies; the kernel would gather it.
+// caching's snapshots).  Any layout: a channel-first x, y or residual (vLLM's
+// speculative (batch, dim, seqlen) input) is staged token-major per block.
 inline bool decode_shaped(const Problem& p, const Plan& pl) {
   return p.dir == Dir::fwd && pl.run_tiles && !pl.tree && !pl.runs && p.block_size == 0 &&
-         !time_vectorised(p) &&
          p.exec.tile_t == 0 && p.W <= kMaxWClass && p.S <= Tiling::kDecodeMaxEntries &&
          (!p.h0 || p.h0.dtype == p.act_dtype) && (!p.ht || p.ht.dtype == p.act_dtype) &&
          short_sequences(p);
