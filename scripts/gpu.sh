@@ -205,13 +205,13 @@ if d.get("decode"):
     if b:  # (a baseline benched in this run)
         bdec = {(r["rows"], r["D"], r["T"], r["batch"]): r for r in b.get("decode", [])}
     print(f"{'rows':5} {'D':>5} {'T':>2} {'batch':>5} {'us':>8} {'/empty':>7} {'frac':>5} {'eager us':>9} "
-          f"{'launch':>7} {'reads':>7} {'/empty':>7} {'base us':>8}")
+          f"{'launch':>7} {'reads':>7} {'/empty':>7} {'base us':>8} {'reads':>7}")
     for r in d["decode"]:
         o = bdec.get((r["rows"], r["D"], r["T"], r["batch"]), {})
         print(f"{r['rows']:5} {r['D']:5} {r['T']:2} {r['batch']:5} {r.get('us') or 0:8.2f} "
               f"{r.get('per_empty') or 0:7.2f} {r.get('frac') or 0:5.2f} {r.get('call_us') or 0:9.1f} "
               f"{r.get('launch_us') or 0:7.2f} {r.get('reads_us') or 0:7.2f} {r.get('reads_per_empty') or 0:7.2f} "
-              f"{o.get('us') or 0:8.2f} {r.get('error','')}")
+              f"{o.get('us') or 0:8.2f} {o.get('reads_us') or 0:7.2f} {r.get('error','')}")
 EOF
 fi
 collect

@@ -96,6 +96,26 @@ struct AccTaps {
   __device__ __forceinline__ void load(const Args& a, int64_t d0, int kpad, A scale) {
     decode_taps<T, WMAX, CH>(a, d0, kpad, scale, wp, bs);
   }
+  // RawTaps' words converted once (the same values: RawTaps::tap is the word as A)
+  __device__ __forceinline__ void from(const RawTaps<T, WMAX, CH>& r) {
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+#pragma unroll
+      for (int k = 0; k < WMAX; ++k) wp[k][c] = r.tap(k, c);
+      bs[c] = r.bias(c);
+    }
+  }
+  // Holds the converted values in registers from here on: ptxas would rather
+  // redo a one-instruction conversion at each use than keep the register
+  // (an empty asm per value, no instruction).
+  __device__ __forceinline__ void pin() {
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+#pragma unroll
+      for (int k = 0; k < WMAX; ++k) asm volatile("" : "+f"(wp[k][c]));
+      asm volatile("" : "+f"(bs[c]));
+    }
+  }
   __device__ __forceinline__ A tap(int k, int c) const { return wp[k][c]; }
   __device__ __forceinline__ A bias(int c) const { return bs[c]; }
   __device__ __forceinline__ void per_token() {}
@@ -111,11 +131,27 @@ constexpr int linear_min_blocks() {
   return sizeof(T) == 2 ? DecodeTraits::kMinBlocksWide16 : DecodeTraits::kMinBlocksWide32;
 }
 
+// CH channels of one entry as accumulators, with Pack's get(): a window
+// converted once, where a Pack's elements are converted at each use.
+template <class T, int CH>
+struct AccPack {
+  using A = acc_t<T>;
+  A v[CH];
+  __device__ __forceinline__ static AccPack of(const Pack<T, CH>& p) {
+    AccPack r;
+#pragma unroll
+    for (int c = 0; c < CH; ++c) r.v[c] = p.get(c);
+    return r;
+  }
+  __device__ __forceinline__ A get(int c) const { return v[c]; }
+};
+
 // acc[c] = bias + sum_k tap k * win[k] + tap H * x, channel by channel: the
-// bias, then the taps oldest -> newest, the order of every path.
-template <class T, int CH, int H, class Taps>
-__device__ __forceinline__ void linear_sum(const Taps& taps, const Pack<T, CH> (&win)[H],
-                                           const Pack<T, CH>& xv, int kpad, acc_t<T> (&acc)[CH]) {
+// bias, then the taps oldest -> newest, the order of every path.  V: Pack<T,
+// CH> or AccPack<T, CH> (the same values).
+template <class T, int CH, int H, class Taps, class V>
+__device__ __forceinline__ void linear_sum(const Taps& taps, const V (&win)[H], const V& xv, int kpad,
+                                           acc_t<T> (&acc)[CH]) {
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
     acc[c] = taps.bias(c);

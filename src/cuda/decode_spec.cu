@@ -41,7 +41,13 @@
 // H100, bf16, 1+3 tokens, D = 4096, batch 1 / 8 / 64 / 256: vLLM rows 3.01 /
 // 3.14 / 5.29 / 15.25 -> 1.93 / 2.17 / 4.20 / 14.86 us (reads ahead 1.44 /
 // 1.38 / 3.05 / 12.68); [P, D, S] rows 3.49 / 3.64 / 7.28 / 21.37 -> 1.85 /
-// 2.18 / 6.01 / 18.35 (bench/RESULTS.md, 2026-12-06).
+// 2.18 / 6.01 / 18.35 (bench/RESULTS.md, 2026-12-06).  Then the narrow
+// instances' tokens on taps and a window converted once, their loop leaving
+// at L, and the residual's presence a flag (with_step_values, spec_tokens;
+// narrow vLLM-row instance 670 -> 482 instructions of SASS): vLLM rows 1.90 /
+// 2.17 -> 1.86 / 2.11 us at batch 1 / 8 (reads ahead 1.43 / 1.39 -> 1.36 /
+// 1.40), [P, D, S] rows 1.82 / 2.18 / 6.04 / 18.38 -> 1.70 / 2.01 / 5.81 /
+// 17.06, in one run on one H100.
 //
 // OV (the plan's overlap, common.cuh): kOverlapLaunch waits for the previous
 // kernel first.  kOverlapReads issues the indices, accepted counts, taps,
@@ -116,10 +122,11 @@ __device__ __forceinline__ void spec_load_x(const T* xp, int64_t x_t, int L, Pac
 }
 
 // One token: y = act(bias + sum_k w[k] * win[k] + w[H] * x) + residual at yp
-// (rp: the residual's, or nullptr; no y: a.y null), then the window slides.
-template <class T, int CH, int H, class Taps, class Act>
-__device__ __forceinline__ void spec_token(Taps& taps, Pack<T, CH> (&win)[H], const Pack<T, CH>& xv,
-                                           const Act& act, bool y, const T* rp, T* yp) {
+// (res: a residual, at rp; no y: a.y null), then the window slides.
+// V: the window's and x's type (Pack<T, CH>, or AccPack<T, CH> converted once).
+template <class T, int CH, int H, class Taps, class V, class Act>
+__device__ __forceinline__ void spec_token(Taps& taps, V (&win)[H], const V& xv, const Act& act, bool y,
+                                           bool res, const T* rp, T* yp) {
   using A = acc_t<T>;
   using P = Pack<T, CH>;
   taps.per_token();
@@ -129,22 +136,70 @@ __device__ __forceinline__ void spec_token(Taps& taps, Pack<T, CH> (&win)[H], co
   for (int i = 0; i + 1 < H; ++i) win[i] = win[i + 1];
   win[H - 1] = xv;
   if (!y) return;
-  const P rv = rp ? ldp<T, CH>(rp) : P::zero();
+  const P rv = res ? ldp<T, CH>(rp) : P::zero();
   A o[CH];
 #pragma unroll
   for (int c = 0; c < CH; ++c) {
     o[c] = act.value(acc[c]);
-    if (rp) o[c] += rv.get(c);
+    if (res) o[c] += rv.get(c);
   }
   stp<T, CH>(yp, P::make(o));
 }
 
-// Blocks per SM (the register cap): the narrow instances the linear steps',
-// the wide ones their own (every token's x is live at once).
+// The taps and window a step's tokens work on, handed to f(taps, window,
+// x's conversion).  The narrow instances (kVecBytes per thread: steps of
+// fewer than kWideMinThreadsPerSm threads per SM, where registers do not
+// bound occupancy, and each token's instructions are the latency path)
+// convert them once to accumulators (AccTaps, AccPack: the same values); the
+// wide ones keep RawTaps' words and Packs, converted at each use (their
+// register cap).  (The [P, D, S] kernel's narrow instances compiled to the
+// same code either way: their unbranched token loop let ptxas convert once.)
+template <class T, int WMAX, int CH, int H, class F>
+__device__ __forceinline__ void with_step_values(RawTaps<T, WMAX, CH>& taps, Pack<T, CH> (&win)[H], F&& f) {
+  using P = Pack<T, CH>;
+  if constexpr (CH * int(sizeof(T)) == DecodeTraits::kVecBytes) {
+    AccTaps<T, WMAX, CH> ft;
+    ft.from(taps);
+    ft.pin();
+    AccPack<T, CH> wf[H];
+#pragma unroll
+    for (int i = 0; i < H; ++i) wf[i] = AccPack<T, CH>::of(win[i]);
+    f(ft, wf, [](const P& v) { return AccPack<T, CH>::of(v); });
+  } else {
+    f(taps, win, [](const P& v) { return v; });
+  }
+}
+
+// Tokens t < L of fwd_decode_spec: y of each, and its x stored as the row's
+// entry H-1+t at hp + t * h_entry (hp null: no row written).  LEAVE: the loop
+// leaves at L, so that each token's block follows the last one's and the
+// window needs no moves where the paths join (narrow, bf16: 599 -> 506
+// instructions of SASS, sm_90); otherwise every token sits under its own
+// t < L (the wide instances: leaving took 92-96 registers there, 72-80 this
+// way, and spilled at their cap; ptxas -v).
+template <class T, int CH, int H, int LM, bool LEAVE, class Taps, class V, class Act, class ToV>
+__device__ __forceinline__ void spec_tokens(Taps& taps, V (&win)[H], const Pack<T, CH> (&xv)[LM], ToV to_v,
+                                            int L, const Act& act, bool y, bool res, const T* rp, int64_t r_t,
+                                            T* yp, int64_t y_t, T* hp, int64_t h_entry) {
+#pragma unroll
+  for (int t = 0; t < LM; ++t) {
+    if constexpr (LEAVE) {
+      if (t >= L) break;
+    } else if (t >= L) {
+      continue;
+    }
+    spec_token<T, CH, H>(taps, win, to_v(xv[t]), act, y, res, rp + t * r_t, yp + t * y_t);
+    if (hp) stp<T, CH>(hp + t * h_entry, xv[t]);
+  }
+}
+
+// Blocks per SM (the register cap): the narrow instances' leaves room for
+// the converted taps and window (with_step_values), the wide ones' for every
+// token's x, live at once.
 template <class T, int CH>
 constexpr int spec_min_blocks() {
   return CH * int(sizeof(T)) == DecodeTraits::kWideBytes ? DecodeTraits::kMinBlocksSpecWide
-                                                         : linear_min_blocks<T, CH, true>();
+                                                         : DecodeTraits::kMinBlocksSpecNarrow;
 }
 
 template <class T, int CH, int OV, class I>
@@ -153,6 +208,7 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_min_blocks<T, CH
   using P = Pack<T, CH>;
   constexpr int WMAX = DecodeTraits::kVecWmax, H = WMAX - 1, LM = DecodeTraits::kSpecMaxTokens;
   constexpr bool AHEAD = OV == kOverlapReads;
+  constexpr bool kNarrow = CH * int(sizeof(T)) == DecodeTraits::kVecBytes;
   const PlainArgs& a = s.p;
   const int n = int(blockIdx.x);  // grid.x = N
   const int d0 = int(blockIdx.y * blockDim.x + threadIdx.x) * CH;
@@ -182,18 +238,14 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_min_blocks<T, CH
     for (int i = 1; i < H; ++i) stp<T, CH>(ht + (i - 1) * a.ht_entry, win[i]);
   }
   const RuntimeAct<MathOf<T>> act{a.act};
-  const T* rp = a.residual ? static_cast<const T*>(a.residual) + n * a.r_n + d0 : nullptr;
+  const bool res = a.residual != nullptr;
+  const T* rp = res ? static_cast<const T*>(a.residual) + n * a.r_n + d0 : xp;  // (xp: any valid address)
   T* yp = static_cast<T*>(a.y) + n * a.y_n + d0;
-  // (unrolled, each token under t < L: a loop that left at L took 92-96 registers
-  // in the wide instances, 72-80 this way, ptxas -v)
-#pragma unroll
-  for (int t = 0; t < LM; ++t) {
-    if (t < L) {
-      const P xt = xv[t];
-      spec_token<T, CH, H>(taps, win, xt, act, a.y != nullptr, rp ? rp + t * s.r_t : nullptr, yp + t * s.y_t);
-      if (out >= 0) stp<T, CH>(ht + (H - 1 + t) * a.ht_entry, xt);
-    }
-  }
+  T* hp = out >= 0 ? ht + (H - 1) * a.ht_entry : nullptr;
+  with_step_values<T, WMAX, CH, H>(taps, win, [&](auto& tp, auto& w, auto to_v) {
+    spec_tokens<T, CH, H, LM, kNarrow>(tp, w, xv, to_v, L, act, a.y != nullptr, res, rp, s.r_t, yp, s.y_t, hp,
+                                       a.ht_entry);
+  });
 }
 
 // Blocks per SM of fwd_decode_spec_rows: the register cap of
@@ -250,13 +302,16 @@ __global__ void __launch_bounds__(DecodeTraits::kThreads, (spec_rows_min_blocks<
   P win[H];  // u[t .. t + H): the window of token t
   spec_row_window(row, first, win);
   const RuntimeAct<MathOf<T>> act{a.act};
-  const T* rp = a.residual ? static_cast<const T*>(a.residual) + n * a.r_n + d0 : nullptr;
+  const bool res = a.residual != nullptr;
+  const T* rp = res ? static_cast<const T*>(a.residual) + n * a.r_n + d0 : xp;  // (xp: any valid address)
   T* yp = static_cast<T*>(a.y) + n * a.y_n + d0;
+  with_step_values<T, WMAX, CH, H>(taps, win, [&](auto& tp, auto& w, auto to_v) {
 #pragma unroll
-  for (int t = 0; t < LT; ++t) {
-    spec_token<T, CH, H>(taps, win, xv[t], act, a.y != nullptr, rp ? rp + t * s.r_t : nullptr, yp + t * s.y_t);
-    row[H - 1 + t] = xv[t];  // new entry H-1+t = u[H + t]
-  }
+    for (int t = 0; t < LT; ++t)
+      spec_token<T, CH, H>(tp, w, to_v(xv[t]), act, a.y != nullptr, res, rp + t * s.r_t, yp + t * s.y_t);
+  });
+#pragma unroll
+  for (int t = 0; t < LT; ++t) row[H - 1 + t] = xv[t];  // new entry H-1+t = u[H + t]
   if (out < 0) return;
   T* ht = static_cast<T*>(a.ht) + out * a.ht_row + d0 * S_;
   blk.from_packs(row);

@@ -285,6 +285,11 @@ struct DecodeTraits {
   // take 72-80, and spilled 108-320 bytes at the raw-tap cap of 64, with two
   // tokens' x in flight or all of them).
   static constexpr int kMinBlocksSpecWide = 6;
+  // Its narrow instances' (the steps of fewer than kWideMinThreadsPerSm
+  // threads per SM, where registers do not bound occupancy, and larger steps
+  // the wide instance cannot take): 8 (64 registers; they take 34-48), room
+  // for the taps and the window as fp32, converted once.
+  static constexpr int kMinBlocksSpecNarrow = 8;
   // Scalar instance (any strides, fp64, W 5..16): one channel per thread.
   static constexpr int kScalarWmax = kMaxFastW;
   // "A decode step": at most kMaxTokens tokens per sequence (dense), at most
