@@ -194,13 +194,15 @@ void decode_task(const Ctx& c, int64_t task) {
     };
     for (int64_t b0 = 0; b0 < nd; b0 += kBlock) {  // channels [b0, b1) of the d-tile
       const int64_t b1 = std::min(b0 + kBlock, nd), nb = b1 - b0;
-      if (gather) {  // the window entries of strided channels, converted once per block
-        const int64_t nv = (nb + L - 1) / L * L;  // (whole vectors: zeros past b1)
-        for (int i = 0; i < H; ++i) {
-          const XT* hp = h0 + win[i] + b0 * hsd;
-          A* wp = wbuf + i * kBlock;
-          for (int64_t d = 0; d < nb; ++d) wp[d] = to_acc<A>(hp[d * hsd]);
-          std::fill(wp + nb, wp + nv, A(0));
+      if constexpr (H > 0) {
+        if (gather) {  // the window entries of strided channels, converted once per block,
+                       // channel by channel (a [P, D, S] row block is read in order)
+          const int64_t nv = (nb + L - 1) / L * L;  // (whole vectors: zeros past b1)
+          const XT* hp[H];
+          for (int i = 0; i < H; ++i) hp[i] = h0 + win[i] + b0 * hsd;
+          for (int64_t d = 0; d < nb; ++d)
+            for (int i = 0; i < H; ++i) wbuf[i * kBlock + d] = to_acc<A>(hp[i][d * hsd]);
+          for (int i = 0; i < H; ++i) std::fill(wbuf + i * kBlock + nb, wbuf + i * kBlock + nv, A(0));
         }
       }
       // The block's x, residual and y as [token][channel] views from channel b0 (token and
