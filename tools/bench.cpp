@@ -215,6 +215,7 @@ struct Settings {
   bool json = false;
   sc_activation act = SC_ACT_SILU;  // --activation
   int64_t reps = 0, threads = 0;
+  Layout layout = Layout::token_major;  // --layout
   std::vector<Shape> shapes;
 };
 
@@ -287,7 +288,7 @@ int parse_settings(const Options& opt, Settings* st) {
       return fail_usage("--activation: expected one of " + listed + ", got '" + aname + "'");
     st->act = sc_activation(id);
   }
-  Layout layout = Layout::token_major;
+  Layout& layout = st->layout;
   const std::string lname = opt.get("--layout", "token");
   if (lname == "channel" || lname == "channel-major") layout = Layout::channel_major;
   else if (lname != "token" && lname != "token-major")
@@ -460,8 +461,7 @@ DecodeSettings decode_settings(const Options& opt, const Settings& st) {
   d.reps = st.reps;
   std::vector<sc_dtype> dts;
   if (opt.has("--dtype") && parse_dtype(opt.get("--dtype", ""), &dts)) d.dtype = dts.front();
-  const std::string lname = opt.get("--layout", "token");  // (checked by parse_settings)
-  d.channel_first = lname == "channel" || lname == "channel-major";
+  d.channel_first = st.layout == Layout::channel_major;
   d.shapes = default_decode_shapes();
   return d;
 }

@@ -25,14 +25,16 @@
 // passes into y, and only then the block's E state entries, in ascending j
 // (or, for [P, D, S] rows rewritten whole, one memmove of the block and x's
 // entries).  x, y or a residual whose channels are not adjacent (channel-first
-// views, time axis contiguous: vLLM's speculative (batch, dim, seqlen) x) go
-// through [token][channel] copies of the block (xs, rs, ys), so the passes
-// read and write whole vectors: the time-vectorised tiles these calls took
-// before spent most of a step on vectors of 1-5 tokens (this VM, bf16, D =
-// 4096, 1+3 tokens, batch 64: 8.5 ms against 0.56 for token-major x).  Every h0 entry the block's windows need is read before its ht
-// row is written, and ascending j reads entry base + from + j (>= j) before
-// ht[j] is written, final_states' rule: so ht may be h0's own row (in-place
-// pools, rings); distinct sequences' rows are distinct (validated).
+// views, time axis contiguous: vLLM's speculative (batch, dim, seqlen) x; a
+// packed one keeps the tiles, decode_shaped) go through [token][channel]
+// copies of the block (xs, rs, ys), so the passes read and write whole
+// vectors: the time-vectorised tiles these calls took before spent most of a
+// step on vectors of 1-5 tokens (this VM, bf16, D = 4096, 1+3 tokens, batch
+// 64: 8.5 ms against 0.56 for token-major x).  Every h0 entry the block's
+// windows need is read before its ht row is written, and ascending j reads
+// entry base + from + j (>= j) before ht[j] is written, final_states' rule:
+// so ht may be h0's own row (in-place pools, rings); distinct sequences' rows
+// are distinct (validated).
 //
 // Why a kernel of its own (bench/RESULTS.md, "Decode steps on the CPU
 // backend: where the time goes"): the tile path runs a piece per sequence with

@@ -169,7 +169,8 @@ inline bool short_sequences(const Problem& p) {
 // sequences of 16 tokens: 20.4 ms there, 42.4 staged).
 inline bool decode_shaped(const Problem& p, const Plan& pl) {
   return p.dir == Dir::fwd && pl.run_tiles && !pl.tree && !pl.runs && p.block_size == 0 &&
-         (!time_vectorised(p) || p.x.stride[2] <= Tiling::kDecodeMaxTokens) && p.exec.tile_t == 0 && p.W <= kMaxWClass && p.S <= Tiling::kDecodeMaxEntries &&
+         (!time_vectorised(p) || p.x.stride[2] <= Tiling::kDecodeMaxTokens) && p.exec.tile_t == 0 &&
+         p.W <= kMaxWClass && p.S <= Tiling::kDecodeMaxEntries &&
          (!p.h0 || p.h0.dtype == p.act_dtype) && (!p.ht || p.ht.dtype == p.act_dtype) &&
          short_sequences(p);
 }
