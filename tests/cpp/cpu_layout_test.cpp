@@ -11,6 +11,7 @@
 // tile_t (pieces longer than the time kernels' 256-row blocks included).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -195,6 +196,87 @@ TEST(CpuLayouts, ForwardTasksSpanChunksOnTimeContiguousX) {
                 "")
           << cmc.describe();
     }
+}
+
+// vLLM's speculative step with its (batch, dim, seqlen) x: a channel-first x
+// (and y, residual) whose channel stride is at most kDecodeMaxTokens runs the
+// decode kernel, staged token-major per block (cpu_kernels_decode.hpp); one
+// whose channels lie further apart keeps the time-vectorised tiles
+// (decode_shaped).  The plan first; then every draft count K = 1..4 on vLLM
+// and [P, D, S] rows, bf16 and fp32, pad slots, accepted counts 1..K+1, a
+// residual, 300 channels (two blocks, a partial vector), dense (the kernel)
+// and packed (the tiles): y and the pool bitwise the token-major step's, and
+// the oracle agrees.
+TEST(CpuLayouts, ChannelFirstDecodeStepsEqualTokenMajor) {
+  static char buffer[64] alignas(64);
+  auto problem = [&](int64_t channel_stride) {  // 0: token-major
+    shortconv::Problem p;
+    p.dir = shortconv::Dir::fwd;
+    p.W = 4;
+    p.S = 3;
+    p.act_dtype = p.param_dtype = SC_BF16;
+    p.B = p.N = 8;
+    p.T = 4;
+    p.D = 4096;
+    shortconv::View v;
+    v.present = true;
+    v.data = buffer;
+    v.dtype = SC_BF16;
+    v.shape[0] = p.B;
+    v.shape[1] = p.T;
+    v.shape[2] = p.D;
+    v.stride[0] = p.D * std::max<int64_t>(channel_stride, p.T);
+    v.stride[1] = channel_stride ? 1 : p.D;
+    v.stride[2] = channel_stride ? channel_stride : 1;
+    p.x = p.y = v;
+    return p;
+  };
+  using shortconv::cpu::make_run_plan;
+  using shortconv::cpu::Tiling;
+  EXPECT_TRUE(make_run_plan(problem(0)).decode);
+  EXPECT_TRUE(make_run_plan(problem(4)).decode);  // (batch, dim, seqlen), contiguous
+  EXPECT_TRUE(make_run_plan(problem(Tiling::kDecodeMaxTokens)).decode);
+  EXPECT_FALSE(make_run_plan(problem(Tiling::kDecodeMaxTokens + 1)).decode);
+
+  std::mt19937_64 rng(4244);
+  for (int K = 1; K <= 4; ++K)
+    for (bool vllm_rows : {true, false})
+      for (sc_dtype dt : {SC_BF16, SC_F32})
+        for (bool packed : {false, true}) {
+          Case tm;
+          tm.W = 4;
+          tm.S = tm.W - 1 + K;
+          tm.act_dtype = tm.param_dtype = tm.state_dtype = dt;
+          tm.D = 300;
+          tm.residual = K % 2 == 0;
+          tm.state_transposed = vllm_rows;
+          const int64_t B = 9, T = K + 1;
+          if (packed) {
+            tm.packed = true;
+            tm.lengths.assign(size_t(B), T);
+          } else {
+            tm.B = B;
+            tm.T = T;
+          }
+          tm.h0 = tm.ht = tm.in_place = true;
+          tm.pool = B + 3;
+          tm.pad_index = tm.pool + 1;
+          for (int64_t n = 0; n < B; ++n) {
+            tm.h0_index.push_back(n % 4 == 3 ? (n % 8 == 3 ? -1 : tm.pad_index) : (n * 5) % tm.pool);
+            tm.accepted.push_back(1 + int64_t(rng() % uint64_t(T)));
+          }
+          tm.ht_index = tm.h0_index;
+          tm.want_dx = tm.want_dweight = tm.want_dbias = tm.want_dh0 = false;
+          tm.seed = rng();
+          Case cm = tm;
+          cm.layout = Layout::channel_major;
+          const Inputs in = make_inputs(tm);
+          const Outputs a = run(tm, in, SC_BACKEND_CPU, kForward), b = run(cm, in, SC_BACKEND_CPU, kForward);
+          ASSERT_TRUE(a.ok()) << a.problems() << tm.describe();
+          ASSERT_TRUE(b.ok()) << b.problems() << cm.describe();
+          EXPECT_EQ(bitwise("y", a.y, b.y) + bitwise("ht", a.ht, b.ht), "") << cm.describe();
+          EXPECT_EQ(compare(cm, b, run(cm, in, SC_BACKEND_REF, kForward)), "") << cm.describe();
+        }
 }
 
 }  // namespace
